@@ -1,0 +1,68 @@
+// The attention step of the forward pass, behind one interface.
+//
+// The model calls Strategy::forward once per layer per step (a prefill chunk
+// or one decode token), in layer order, after it has written this step's keys
+// and values into the layer's cache. A strategy turns the step's queries into
+// attention outputs; strategies with cross-layer state (Kascade anchors and
+// their index sets) keep it inside the strategy object, which belongs to one
+// sequence, exactly as the KV cache does.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace kascade::attention {
+
+enum class KvType { F32, F16 };
+
+struct Shape {
+  int n_layers = 0;
+  int n_heads = 0;     // H query heads
+  int n_kv_heads = 0;  // G key/value heads
+  int head_dim = 0;    // d
+  int group() const { return n_heads / n_kv_heads; }  // g = H / G
+};
+
+// One layer's key/value cache, head-major: element i of the key of KV head h
+// at position p is keys[(h * capacity + p) * head_dim + i] (same for values),
+// stored as fp32 or fp16 according to `type`.
+struct LayerCache {
+  KvType type = KvType::F32;
+  const void* keys = nullptr;
+  const void* values = nullptr;
+  int64_t capacity = 0;
+};
+
+enum class Phase { Prefill, Decode };
+
+struct Step {
+  int layer = 0;
+  Phase phase = Phase::Prefill;
+  // [n_queries][n_heads][head_dim], RoPE applied, not yet scaled by 1/sqrt(d).
+  const float* queries = nullptr;
+  int64_t n_queries = 0;
+  // Absolute position of queries[0]; the cache holds positions
+  // [0, first_position + n_queries) and query q sees keys [0, first_position + q].
+  int64_t first_position = 0;
+  LayerCache cache;
+  // [n_queries][n_heads][head_dim]; every element is written.
+  float* output = nullptr;
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual std::string_view name() const = 0;
+  // Prefill chunks must start at multiples of this many positions (a Kascade
+  // query tile); the model rounds its chunk size to it. Dense returns 1.
+  virtual int64_t prefill_alignment() const { return 1; }
+  // Forget all cross-layer state: a new sequence starts at position 0.
+  virtual void reset() {}
+  virtual void forward(const Step& step) = 0;
+};
+
+std::unique_ptr<Strategy> make_dense(const Shape& shape);
+
+}  // namespace kascade::attention
