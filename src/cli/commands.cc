@@ -1,0 +1,210 @@
+#include "cli/commands.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "attention/strategies.h"
+#include "cli/demo_prompt.h"
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/progress.h"
+#include "engine/generate.h"
+#include "model/fingerprint.h"
+#include "model/model.h"
+#include "ops/threading.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kascade::cli {
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read prompt file '{}'", path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+struct GenerateArgs {
+  std::string model = default_model_path();
+  std::string prompt;
+  std::string prompt_file;
+  bool demo = false;
+  bool raw = false;
+  std::string system;
+  int64_t max_tokens = 256;
+  int64_t context = 0;
+  int threads = 0;
+  std::string kv_type = "f16";
+  std::vector<std::string> stops;
+  sampling::SamplerOptions sampling{.temperature = 0.0f};
+  attention::StrategyOptions attention;
+  std::string profile;
+  bool quiet = false;
+};
+
+// The prompt text from exactly one source: --prompt, --prompt-file, --demo or standard input.
+std::string prompt_text(const GenerateArgs& args) {
+  const int sources = int(!args.prompt.empty()) + int(!args.prompt_file.empty()) + int(args.demo);
+  if (sources > 1) fail("give only one of --prompt, --prompt-file and --demo");
+  if (!args.prompt.empty()) return args.prompt;
+  if (!args.prompt_file.empty()) return read_file(args.prompt_file);
+  if (args.demo) return demo_prompt();
+  if (isatty(STDIN_FILENO)) fail("no prompt: give --prompt TEXT, --prompt-file FILE, --demo, or pipe text on stdin");
+  return std::string(std::istreambuf_iterator<char>(std::cin), {});
+}
+
+void run_generate(const GenerateArgs& args) {
+  sampling::validate(args.sampling);
+  ops::configure_threads(args.threads);
+  if (args.kv_type != "f16" && args.kv_type != "f32") fail("--kv-type must be f16 or f32, got '{}'", args.kv_type);
+  const std::string text = prompt_text(args);
+
+  const model::Model model = model::Model::load(args.model);
+  const tokenizer::Tokenizer tokenizer(model.file());
+  const model::Config& config = model.config();
+
+  std::vector<int32_t> prompt;
+  if (args.raw) {
+    prompt = tokenizer.encode(text, /*add_special_tokens=*/true, /*parse_special=*/false);
+  } else {
+    const tokenizer::ChatTemplate chat(tokenizer);
+    std::vector<tokenizer::ChatMessage> messages;
+    if (!args.system.empty()) messages.push_back({"system", args.system});
+    messages.push_back({"user", text});
+    prompt = tokenizer.encode(chat.render(messages, /*add_generation_prompt=*/true),
+                              /*add_special_tokens=*/false, /*parse_special=*/true);
+  }
+  const int64_t wanted = args.context > 0 ? args.context : int64_t(prompt.size()) + args.max_tokens;
+  if (wanted > config.context_length || int64_t(prompt.size()) >= config.context_length)
+    fail("prompt of {} tokens plus {} new tokens exceeds the model's context of {} tokens", prompt.size(),
+         args.max_tokens, config.context_length);
+  if (int64_t(prompt.size()) >= wanted)
+    fail("prompt of {} tokens does not fit --ctx {}", prompt.size(), wanted);
+
+  attention::StrategyOptions strategy_options = args.attention;
+  if (!args.profile.empty()) {
+    strategy_options.profile = attention::load_profile(args.profile);
+    attention::check_profile_matches(strategy_options.profile, config.attention_shape(),
+                                     model::weights_fingerprint(model.file()), args.profile);
+  }
+  model::Sequence seq =
+      model.new_sequence(wanted, args.kv_type == "f16" ? attention::KvType::F16 : attention::KvType::F32,
+                         attention::make_strategy(strategy_options, config.attention_shape()));
+
+  engine::GenerateOptions options;
+  options.max_new_tokens = args.max_tokens;
+  options.stop_strings = args.stops;
+  options.sampling = args.sampling;
+  std::unique_ptr<ProgressBar> progress;
+  engine::GenerateCallbacks callbacks;
+  callbacks.on_text = [](const std::string& piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  };
+  callbacks.on_prefill = [&](int64_t done, int64_t total) {
+    if (args.quiet) return;
+    if (!progress) progress = std::make_unique<ProgressBar>(uint64_t(total), ProgressOptions{.label = "prefill",
+                                                                           .show_after_seconds = 1.0});
+    progress->update(uint64_t(done));
+    if (done == total) progress.reset();
+  };
+  const engine::GenerationResult result = engine::generate(model, tokenizer, seq, prompt, options, callbacks);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (args.quiet) return;
+  const double prefill_rate = double(result.prompt_tokens) / std::max(result.prefill_seconds, 1e-9);
+  const double decode_rate =
+      result.tokens.size() > 1 ? double(result.tokens.size() - 1) / std::max(result.decode_seconds, 1e-9) : 0.0;
+  fmt::print(stderr,
+             "\n--- {} | attention {} | prompt {} tokens | prefill {:.1f} tok/s ({:.2f} s) | "
+             "generated {} tokens, decode {:.1f} tok/s | stop: {} | KV cache {} | peak memory {}\n",
+             config.name, seq.attention->name(), result.prompt_tokens, prefill_rate, result.prefill_seconds,
+             result.tokens.size(), decode_rate, result.stop_reason, format_bytes(seq.cache.bytes()),
+             format_bytes(peak_resident_bytes()));
+}
+
+void run_info(const std::string& path) {
+  const gguf::File file = gguf::File::open(path);
+  fmt::print("file: {}\nGGUF version {}, {} metadata keys, {} tensors, alignment {}, {} bytes\n\n", path,
+             file.version(), file.metadata().size(), file.tensors().size(), file.alignment(), file.file_size());
+  fmt::print("metadata:\n");
+  for (const auto& [key, value] : file.metadata())
+    fmt::print("  {:<44} {:<8} {}\n", key, gguf::value_type_name(value.type), gguf::to_string(value));
+  fmt::print("\ntensors:\n  {:<36} {:<6} {:<20} {:>12} {:>12}\n", "name", "type", "shape", "offset", "bytes");
+  for (const gguf::TensorInfo& t : file.tensors())
+    fmt::print("  {:<36} {:<6} {:<20} {:>12} {:>12}\n", t.name, type_traits(t.type).name,
+               fmt::format("[{}]", fmt::join(t.dims, ", ")), t.offset, t.n_bytes);
+  try {
+    const model::Config c = model::read_config(file);
+    fmt::print("\nmodel: {} ({}), {} layers, d_model {}, {} heads / {} KV heads (group {}), head dim {}, "
+               "ffn {}, vocab {}, context {}\n",
+               c.name, c.architecture_name, c.n_layers, c.d_model, c.n_heads, c.n_kv_heads, c.n_heads / c.n_kv_heads,
+               c.head_dim, c.ffn_dim, c.vocab_size, c.context_length);
+  } catch (const Error& e) {
+    fmt::print("\nmodel: not runnable here: {}\n", e.what());
+  }
+}
+
+}  // namespace
+
+std::string default_model_path() {
+  const char* cache = std::getenv("KASCADE_CACHE");
+  const char* home = std::getenv("HOME");
+  const std::string root = cache ? cache : std::string(home ? home : ".") + "/.cache/kascade";
+  return root + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+void register_generate(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt, streaming tokens to stdout");
+  cmd->add_option("-m,--model", args->model, "GGUF model file")->capture_default_str();
+  cmd->add_option("-p,--prompt", args->prompt, "Prompt text");
+  cmd->add_option("-f,--prompt-file", args->prompt_file, "Read the prompt from a file");
+  cmd->add_flag("--demo", args->demo, "Use the built-in long document and question as the prompt");
+  cmd->add_flag("--raw", args->raw, "Feed the prompt as is (no chat template)");
+  cmd->add_option("--system", args->system, "System message (chat mode)");
+  cmd->add_option("-n,--max-tokens", args->max_tokens, "Maximum new tokens")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-c,--ctx", args->context, "Context size in tokens (default: prompt + max tokens)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-t,--threads", args->threads, "Threads (0 = all cores)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-type", args->kv_type, "KV cache storage: f16 or f32")->capture_default_str();
+  cmd->add_option("--stop", args->stops, "Stop when this string is generated (repeatable)");
+  cmd->add_option("--temperature", args->sampling.temperature, "Sampling temperature (0 = greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", args->sampling.top_k, "Top-k (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", args->sampling.top_p, "Top-p (1 = off)")->capture_default_str();
+  cmd->add_option("--min-p", args->sampling.min_p, "Min-p (0 = off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", args->sampling.repetition_penalty, "Repetition penalty (1 = off)")
+      ->capture_default_str();
+  cmd->add_option("--repeat-last-n", args->sampling.repetition_window, "Tokens the penalty looks back over")
+      ->capture_default_str();
+  cmd->add_option("--seed", args->sampling.seed, "Random seed")->capture_default_str();
+  attention::StrategyOptions& a = args->attention;
+  cmd->add_option("--attention", a.name, "Attention: " + attention::strategy_names())->capture_default_str();
+  cmd->add_option("--budget", a.budget_percent, "Sparse budget, percent of the keys")->capture_default_str();
+  cmd->add_option("--min-k", a.min_k, "Keys below which attention stays dense")->capture_default_str();
+  cmd->add_option("--tile", a.tile, "Kascade prefill query tile")->capture_default_str();
+  cmd->add_option("--profile", args->profile, "Kascade calibration profile (JSON)");
+  cmd->add_flag("-q,--quiet", args->quiet, "No progress bar or summary");
+  cmd->callback([args] { run_generate(*args); });
+}
+
+void register_info(CLI::App& app) {
+  auto path = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("info", "Print a GGUF file's metadata and tensor table");
+  cmd->add_option("model", *path, "GGUF model file")->required();
+  cmd->callback([path] { run_info(*path); });
+}
+
+}  // namespace kascade::cli

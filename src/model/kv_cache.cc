@@ -1,0 +1,69 @@
+#include "model/kv_cache.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/half.h"
+
+namespace kascade::model {
+namespace {
+
+void store_f16(uint16_t* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
+}
+
+}  // namespace
+
+KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, int64_t capacity, attention::KvType type)
+    : n_kv_heads_(n_kv_heads),
+      head_dim_(head_dim),
+      capacity_(capacity),
+      type_(type),
+      element_bytes_(type == attention::KvType::F16 ? 2 : 4),
+      keys_(size_t(n_layers)),
+      values_(size_t(n_layers)) {
+  const size_t layer_bytes = size_t(n_kv_heads) * size_t(capacity) * size_t(head_dim) * element_bytes_;
+  for (int l = 0; l < n_layers; ++l) {
+    keys_[size_t(l)].resize(layer_bytes);
+    values_[size_t(l)].resize(layer_bytes);
+  }
+}
+
+uint64_t KvCache::bytes() const {
+  uint64_t total = 0;
+  for (size_t l = 0; l < keys_.size(); ++l) total += keys_[l].size() + values_[l].size();
+  return total;
+}
+
+void KvCache::write(int layer, int64_t first_position, int64_t n, const float* keys, const float* values) {
+  if (first_position + n > capacity_)
+    fail("sequence of {} tokens does not fit the KV cache of {} positions", first_position + n, capacity_);
+  for (int h = 0; h < n_kv_heads_; ++h) {
+    for (int64_t t = 0; t < n; ++t) {
+      const size_t element = (size_t(h) * size_t(capacity_) + size_t(first_position + t)) * size_t(head_dim_);
+      const float* key = keys + (t * n_kv_heads_ + h) * head_dim_;
+      const float* value = values + (t * n_kv_heads_ + h) * head_dim_;
+      uint8_t* key_dst = keys_[size_t(layer)].data() + element * element_bytes_;
+      uint8_t* value_dst = values_[size_t(layer)].data() + element * element_bytes_;
+      if (type_ == attention::KvType::F16) {
+        store_f16(reinterpret_cast<uint16_t*>(key_dst), key, head_dim_);
+        store_f16(reinterpret_cast<uint16_t*>(value_dst), value, head_dim_);
+      } else {
+        std::memcpy(key_dst, key, size_t(head_dim_) * sizeof(float));
+        std::memcpy(value_dst, value, size_t(head_dim_) * sizeof(float));
+      }
+    }
+  }
+}
+
+attention::LayerCache KvCache::layer(int layer) const {
+  return {type_, keys_[size_t(layer)].data(), values_[size_t(layer)].data(), capacity_};
+}
+
+}  // namespace kascade::model

@@ -1,0 +1,35 @@
+// The key/value cache of one sequence: per layer, keys and values head-major
+// ([kv_head][position][head_dim]) so that attention streams each head's keys
+// contiguously. fp16 storage halves the bytes decode must read.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "attention/attention.h"
+
+namespace kascade::model {
+
+class KvCache {
+ public:
+  KvCache() = default;
+  KvCache(int n_layers, int n_kv_heads, int head_dim, int64_t capacity, attention::KvType type);
+
+  int64_t capacity() const { return capacity_; }
+  attention::KvType type() const { return type_; }
+  uint64_t bytes() const;
+
+  // Stores keys/values [n][n_kv_heads][head_dim] at positions [first_position, first_position + n).
+  void write(int layer, int64_t first_position, int64_t n, const float* keys, const float* values);
+  attention::LayerCache layer(int layer) const;
+
+ private:
+  int n_kv_heads_ = 0;
+  int head_dim_ = 0;
+  int64_t capacity_ = 0;
+  attention::KvType type_ = attention::KvType::F16;
+  size_t element_bytes_ = 2;
+  std::vector<std::vector<uint8_t>> keys_, values_;  // one buffer per layer
+};
+
+}  // namespace kascade::model

@@ -1,0 +1,252 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace kascade::model {
+namespace {
+
+int positive_int(const gguf::File& file, const std::string& key, uint64_t limit) {
+  const uint64_t value = file.get_uint(key);
+  if (value == 0 || value > limit) fail("{}: {} = {} is out of range (1..{})", file.path(), key, value, limit);
+  return int(value);
+}
+
+std::vector<float> read_f32_vector(const gguf::File& file, const std::string& name, int64_t expected) {
+  const gguf::TensorInfo& tensor = file.tensor(name);
+  if (int64_t(tensor.n_elements) != expected)
+    fail("{}: tensor {} has {} elements, expected {}", file.path(), name, tensor.n_elements, expected);
+  std::vector<float> values(static_cast<size_t>(expected));
+  dequantize_row(tensor.type, tensor.data, values.data(), expected);
+  return values;
+}
+
+std::vector<float> read_optional_f32_vector(const gguf::File& file, const std::string& name, int64_t expected) {
+  return file.find_tensor(name) ? read_f32_vector(file, name, expected) : std::vector<float>{};
+}
+
+ops::Weight read_weight(const gguf::File& file, const std::string& name, int64_t cols, int64_t rows) {
+  const gguf::TensorInfo& tensor = file.tensor(name);
+  if (tensor.dims.size() != 2 || tensor.dims[0] != cols || tensor.dims[1] != rows)
+    fail("{}: tensor {} has shape [{}], expected [{}, {}]", file.path(), name, fmt::join(tensor.dims, ", "), cols,
+         rows);
+  if (!type_traits(tensor.type).can_dequantize)
+    fail("{}: tensor {} has unsupported type {}", file.path(), name, type_traits(tensor.type).name);
+  return {name, tensor.type, tensor.data, rows, cols, row_bytes(tensor.type, cols)};
+}
+
+}  // namespace
+
+Config read_config(const gguf::File& file) {
+  Config config;
+  config.architecture_name = file.get_string("general.architecture");
+  const std::string& arch = config.architecture_name;
+  if (arch == "llama") {
+    config.architecture = Architecture::Llama;
+  } else if (arch == "qwen2") {
+    config.architecture = Architecture::Qwen2;
+  } else if (arch == "qwen3") {
+    config.architecture = Architecture::Qwen3;
+  } else {
+    fail("{}: unsupported architecture '{}' (supported: llama, qwen2, qwen3)", file.path(), arch);
+  }
+  config.name = file.get_string("general.name", arch);
+  constexpr uint64_t kMaxDim = 1 << 16;
+  config.n_layers = positive_int(file, arch + ".block_count", 1024);
+  config.d_model = positive_int(file, arch + ".embedding_length", kMaxDim);
+  config.ffn_dim = positive_int(file, arch + ".feed_forward_length", 1 << 18);
+  config.n_heads = positive_int(file, arch + ".attention.head_count", 1024);
+  config.n_kv_heads = file.has(arch + ".attention.head_count_kv")
+                          ? positive_int(file, arch + ".attention.head_count_kv", 1024)
+                          : config.n_heads;
+  if (config.n_heads % config.n_kv_heads != 0)
+    fail("{}: {} query heads are not a multiple of {} KV heads", file.path(), config.n_heads, config.n_kv_heads);
+  config.head_dim = file.has(arch + ".attention.key_length")
+                        ? positive_int(file, arch + ".attention.key_length", 1024)
+                        : config.d_model / config.n_heads;
+  if (file.has(arch + ".attention.value_length") &&
+      file.get_uint(arch + ".attention.value_length") != uint64_t(config.head_dim))
+    fail("{}: different key and value head sizes are not supported", file.path());
+  if (config.head_dim % 2 != 0) fail("{}: head size {} is odd", file.path(), config.head_dim);
+  config.context_length = positive_int(file, arch + ".context_length", 1 << 24);
+  config.rms_epsilon = float(file.get_float(arch + ".attention.layer_norm_rms_epsilon", 1e-5));
+
+  const gguf::TensorInfo& embedding = file.tensor("token_embd.weight");
+  if (embedding.dims.size() != 2 || embedding.dims[0] != config.d_model)
+    fail("{}: token_embd.weight does not have {} columns", file.path(), config.d_model);
+  config.vocab_size = int(embedding.dims[1]);
+
+  ops::Rope& rope = config.rope;
+  rope.style = config.architecture == Architecture::Llama ? ops::RopeStyle::Interleaved : ops::RopeStyle::Neox;
+  rope.rope_dim = int(file.get_uint(arch + ".rope.dimension_count", uint64_t(config.head_dim)));
+  if (rope.rope_dim <= 0 || rope.rope_dim > config.head_dim || rope.rope_dim % 2 != 0)
+    fail("{}: rope dimension {} does not fit head size {}", file.path(), rope.rope_dim, config.head_dim);
+  const double base = file.get_float(arch + ".rope.freq_base", 10000.0);
+  if (!(base > 1.0)) fail("{}: rope base {} must be > 1", file.path(), base);
+  double position_scale = 1.0;
+  const std::string scaling = file.get_string(arch + ".rope.scaling.type", "none");
+  if (scaling == "linear") {
+    const double factor = file.get_float(arch + ".rope.scaling.factor");
+    if (!(factor > 0)) fail("{}: rope scaling factor {} must be > 0", file.path(), factor);
+    position_scale = 1.0 / factor;
+  } else if (scaling != "none") {
+    fail("{}: unsupported rope scaling '{}' (supported: none, linear, llama3 frequency factors)", file.path(),
+         scaling);
+  }
+  // Llama 3 style scaling ships as per-frequency divisors in rope_freqs.weight.
+  const std::vector<float> frequency_factors = read_optional_f32_vector(file, "rope_freqs.weight", rope.rope_dim / 2);
+  for (int i = 0; i < rope.rope_dim / 2; ++i) {
+    double inverse = std::pow(base, -2.0 * i / rope.rope_dim) * position_scale;
+    if (!frequency_factors.empty()) inverse /= frequency_factors[size_t(i)];
+    rope.inverse_frequencies.push_back(float(inverse));
+  }
+  return config;
+}
+
+Model Model::load(const std::string& path) {
+  Model model(gguf::File::open(path));
+  const gguf::File& file = model.file_;
+  model.config_ = read_config(file);
+  const Config& c = model.config_;
+  const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+
+  model.token_embedding_ = read_weight(file, "token_embd.weight", c.d_model, c.vocab_size);
+  model.output_norm_ = read_f32_vector(file, "output_norm.weight", c.d_model);
+  model.output_ = file.find_tensor("output.weight") ? read_weight(file, "output.weight", c.d_model, c.vocab_size)
+                                                     : model.token_embedding_;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = fmt::format("blk.{}.", l);
+    LayerWeights w;
+    w.attn_norm = read_f32_vector(file, p + "attn_norm.weight", c.d_model);
+    w.ffn_norm = read_f32_vector(file, p + "ffn_norm.weight", c.d_model);
+    w.q = read_weight(file, p + "attn_q.weight", c.d_model, q_dim);
+    w.k = read_weight(file, p + "attn_k.weight", c.d_model, kv_dim);
+    w.v = read_weight(file, p + "attn_v.weight", c.d_model, kv_dim);
+    w.o = read_weight(file, p + "attn_output.weight", q_dim, c.d_model);
+    w.gate = read_weight(file, p + "ffn_gate.weight", c.d_model, c.ffn_dim);
+    w.up = read_weight(file, p + "ffn_up.weight", c.d_model, c.ffn_dim);
+    w.down = read_weight(file, p + "ffn_down.weight", c.ffn_dim, c.d_model);
+    w.q_bias = read_optional_f32_vector(file, p + "attn_q.bias", q_dim);
+    w.k_bias = read_optional_f32_vector(file, p + "attn_k.bias", kv_dim);
+    w.v_bias = read_optional_f32_vector(file, p + "attn_v.bias", kv_dim);
+    if (c.architecture == Architecture::Qwen3) {
+      w.q_norm = read_f32_vector(file, p + "attn_q_norm.weight", c.head_dim);
+      w.k_norm = read_f32_vector(file, p + "attn_k_norm.weight", c.head_dim);
+    }
+    model.layers_.push_back(std::move(w));
+  }
+  return model;
+}
+
+Sequence Model::new_sequence(int64_t capacity, attention::KvType kv_type,
+                             std::unique_ptr<attention::Strategy> strategy) const {
+  if (capacity <= 0 || capacity > config_.context_length)
+    fail("context of {} tokens is outside the model's 1..{}", capacity, config_.context_length);
+  return Sequence{KvCache(config_.n_layers, config_.n_kv_heads, config_.head_dim, capacity, kv_type),
+                  std::move(strategy), 0, {}};
+}
+
+void Model::forward(Sequence& seq, std::span<const int32_t> tokens, int64_t n_logits, float* logits,
+                    ForwardObserver* observer) const {
+  const Config& c = config_;
+  const int64_t n = int64_t(tokens.size());
+  const int64_t first_position = seq.n_past;
+  if (n == 0) fail("forward pass over zero tokens");
+  if (n_logits < 0 || n_logits > n) fail("{} logits requested from {} tokens", n_logits, n);
+  if (first_position + n > seq.cache.capacity())
+    fail("{} tokens exceed the context of {} positions", first_position + n, seq.cache.capacity());
+  for (const int32_t token : tokens)
+    if (token < 0 || token >= c.vocab_size) fail("token id {} is outside the vocabulary of {}", token, c.vocab_size);
+
+  Stopwatch total_clock;
+  double matmul_seconds = 0, attention_seconds = 0;
+  // Runs a weight product and books its time.
+  auto project = [&](const ops::Weight& w, const float* in, int64_t rows, float* out) {
+    Stopwatch clock;
+    ops::matmul(w, in, rows, out);
+    matmul_seconds += clock.seconds();
+  };
+
+  const int64_t D = c.d_model, q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+  // Activations for this step, named by role; [n][width] each.
+  std::vector<float> x(size_t(n * D)), normed(size_t(n * D)), projected(size_t(n * D));
+  std::vector<float> q(size_t(n * q_dim)), k(size_t(n * kv_dim)), v(size_t(n * kv_dim)), attended(size_t(n * q_dim));
+  std::vector<float> gate(size_t(n * c.ffn_dim)), up(size_t(n * c.ffn_dim));
+
+  for (int64_t t = 0; t < n; ++t) ops::dequantize_weight_row(token_embedding_, tokens[size_t(t)], &x[size_t(t * D)]);
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = layers_[size_t(l)];
+    ops::rms_norm(x.data(), w.attn_norm.data(), normed.data(), n, D, c.rms_epsilon);
+    project(w.q, normed.data(), n, q.data());
+    project(w.k, normed.data(), n, k.data());
+    project(w.v, normed.data(), n, v.data());
+    if (!w.q_bias.empty()) {
+      ops::add_bias(q.data(), w.q_bias.data(), n, q_dim);
+      ops::add_bias(k.data(), w.k_bias.data(), n, kv_dim);
+      ops::add_bias(v.data(), w.v_bias.data(), n, kv_dim);
+    }
+    if (!w.q_norm.empty()) {
+      ops::rms_norm(q.data(), w.q_norm.data(), q.data(), n * c.n_heads, c.head_dim, c.rms_epsilon);
+      ops::rms_norm(k.data(), w.k_norm.data(), k.data(), n * c.n_kv_heads, c.head_dim, c.rms_epsilon);
+    }
+    c.rope.apply(q.data(), n, first_position, c.n_heads, c.head_dim);
+    c.rope.apply(k.data(), n, first_position, c.n_kv_heads, c.head_dim);
+    seq.cache.write(l, first_position, n, k.data(), v.data());
+
+    attention::Step step;
+    step.layer = l;
+    step.phase = (n == 1 && first_position > 0) ? attention::Phase::Decode : attention::Phase::Prefill;
+    step.queries = q.data();
+    step.n_queries = n;
+    step.first_position = first_position;
+    step.cache = seq.cache.layer(l);
+    step.output = attended.data();
+    Stopwatch attention_clock;
+    seq.attention->forward(step);
+    attention_seconds += attention_clock.seconds();
+
+    project(w.o, attended.data(), n, projected.data());
+    if (observer) observer->on_attention_output(l, x.data(), projected.data(), n, c.d_model);
+    ops::add_in_place(x.data(), projected.data(), n * D);
+
+    ops::rms_norm(x.data(), w.ffn_norm.data(), normed.data(), n, D, c.rms_epsilon);
+    project(w.gate, normed.data(), n, gate.data());
+    project(w.up, normed.data(), n, up.data());
+    ops::silu_multiply(gate.data(), up.data(), n * c.ffn_dim);
+    project(w.down, gate.data(), n, projected.data());
+    ops::add_in_place(x.data(), projected.data(), n * D);
+  }
+  seq.n_past += n;
+
+  if (n_logits > 0) {
+    const float* last = &x[size_t((n - n_logits) * D)];
+    ops::rms_norm(last, output_norm_.data(), normed.data(), n_logits, D, c.rms_epsilon);
+    project(output_, normed.data(), n_logits, logits);
+  }
+  seq.time.matmul_seconds += matmul_seconds;
+  seq.time.attention_seconds += attention_seconds;
+  seq.time.total_seconds += total_clock.seconds();
+}
+
+std::vector<float> Model::prefill(Sequence& seq, std::span<const int32_t> tokens,
+                                  const std::function<void(int64_t)>& progress, int64_t chunk_size) const {
+  if (tokens.empty()) fail("cannot prefill an empty prompt");
+  const int64_t alignment = seq.attention->prefill_alignment();
+  chunk_size = std::max(alignment, chunk_size / alignment * alignment);
+  std::vector<float> logits(size_t(config_.vocab_size));
+  const int64_t n = int64_t(tokens.size());
+  for (int64_t done = 0; done < n;) {
+    const int64_t count = std::min(chunk_size, n - done);
+    const bool last_chunk = done + count == n;
+    forward(seq, tokens.subspan(size_t(done), size_t(count)), last_chunk ? 1 : 0, logits.data());
+    done += count;
+    if (progress) progress(done);
+  }
+  return logits;
+}
+
+}  // namespace kascade::model
