@@ -1,0 +1,368 @@
+// Times the CUDA attention kernels (dense, anchor layer 0, anchor, reuse,
+// top-k) for decode and prefill on random data and writes one CSV row per
+// measurement; bench/cuda/torch_baseline.py times cuDNN on the same shapes
+// and prints the combined table. Each kernel's output is poisoned before its
+// first run and checked to be fully written and finite.
+//
+// Timing: every repetition is preceded by a 256 MB write that evicts the L2,
+// is bracketed by CUDA events, and the median is reported.
+//
+// Usage: kascade_cuda_bench OUT.csv [quick]
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cuda/kascade_cuda.h"
+
+namespace kc = kascade::cuda;
+
+namespace {
+
+void check(cudaError_t status, const char* what, int line) {
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "bench: %s failed at line %d: %s\n", what, line, cudaGetErrorString(status));
+    std::exit(1);
+  }
+}
+#define CHECK(call) check((call), #call, __LINE__)
+
+__device__ __forceinline__ uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+// Uniform values in [-scale, scale) as fp16 or bf16 bits.
+__global__ void fill_random(uint16_t* data, int64_t n, uint64_t seed, float scale, bool bf16) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float u = float(mix(seed ^ (uint64_t(i) * 0x9e3779b97f4a7c15ull)) >> 40) * (1.0f / 16777216.0f);
+    const float value = (2.f * u - 1.f) * scale;
+    data[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(value)) : __half_as_ushort(__float2half_rn(value));
+  }
+}
+
+__global__ void fill_float(float* data, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    data[i] = float(mix(seed ^ (uint64_t(i) * 0x9e3779b97f4a7c15ull)) >> 40) * (1.0f / 16777216.0f);
+}
+
+// Counts elements that are NaN or infinite (poison is 0xffff, a NaN in both types).
+__global__ void count_bad(const uint16_t* data, int64_t n, bool bf16, unsigned long long* bad) {
+  unsigned long long local = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint16_t bits = data[i];
+    const bool finite = bf16 ? (bits & 0x7f80) != 0x7f80 : (bits & 0x7c00) != 0x7c00;
+    local += finite ? 0 : 1;
+  }
+  if (local) atomicAdd(bad, local);
+}
+
+template <typename T>
+T* device_alloc(int64_t count) {
+  void* pointer = nullptr;
+  CHECK(cudaMalloc(&pointer, std::max<int64_t>(count, 1) * sizeof(T)));
+  return static_cast<T*>(pointer);
+}
+
+struct Timer {
+  cudaEvent_t start, stop;
+  void* flush = nullptr;
+  static constexpr size_t kFlushBytes = 256u << 20;
+  Timer() {
+    CHECK(cudaEventCreate(&start));
+    CHECK(cudaEventCreate(&stop));
+    CHECK(cudaMalloc(&flush, kFlushBytes));
+  }
+  ~Timer() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaFree(flush);
+  }
+  template <typename F>
+  double median_ms(F&& run, int reps) {
+    run();  // warm-up, sizes workspaces
+    CHECK(cudaDeviceSynchronize());
+    std::vector<float> times;
+    for (int r = 0; r < reps; ++r) {
+      CHECK(cudaMemsetAsync(flush, r & 0xff, kFlushBytes));
+      CHECK(cudaEventRecord(start));
+      run();
+      CHECK(cudaEventRecord(stop));
+      CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      CHECK(cudaEventElapsedTime(&ms, start, stop));
+      times.push_back(ms);
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  }
+};
+
+uint64_t fresh_seed() {
+  return uint64_t(std::chrono::high_resolution_clock::now().time_since_epoch().count()) * 0x2545f4914f6cdd1dull;
+}
+
+void fill(uint16_t* data, int64_t n, uint64_t seed, bool bf16, float scale = 1.f) {
+  fill_random<<<1024, 256>>>(data, n, seed, scale, bf16);
+  CHECK(cudaGetLastError());
+}
+
+// Poisons `output`, runs once, and fails unless every element is finite.
+template <typename F>
+void poison_run_check(uint16_t* output, int64_t n, bool bf16, F&& run, const char* what) {
+  CHECK(cudaMemset(output, 0xff, n * sizeof(uint16_t)));
+  run();
+  unsigned long long* bad = device_alloc<unsigned long long>(1);
+  CHECK(cudaMemset(bad, 0, sizeof *bad));
+  count_bad<<<512, 256>>>(output, n, bf16, bad);
+  CHECK(cudaGetLastError());
+  unsigned long long host_bad = 0;
+  CHECK(cudaMemcpy(&host_bad, bad, sizeof host_bad, cudaMemcpyDeviceToHost));
+  CHECK(cudaFree(bad));
+  if (host_bad) {
+    std::fprintf(stderr, "bench: %s left %llu of %lld outputs unwritten or non-finite\n", what, host_bad,
+                 static_cast<long long>(n));
+    std::exit(1);
+  }
+}
+
+struct Shape {
+  bool bf16;
+  int batch, n_heads, n_kv_heads, head_dim;
+  int seq_len;
+};
+
+FILE* csv = nullptr;
+
+void emit(const char* section, const Shape& s, const char* impl, double ms, double bytes, double flops,
+          double extra_bytes) {
+  std::fprintf(csv, "%s,%s,%d,%d,%d,%d,%d,%s,%.6f,%.6e,%.6e,%.1f\n", section, s.bf16 ? "bf16" : "f16", s.n_heads,
+               s.n_kv_heads, s.head_dim, s.batch, s.seq_len, impl, ms, bytes, flops, extra_bytes / 1048576.0);
+  std::fflush(csv);
+  std::printf("%-7s %-4s H=%-2d G=%-2d d=%-3d B=%-2d N=%-6d %-8s %9.3f ms", section, s.bf16 ? "bf16" : "f16",
+              s.n_heads, s.n_kv_heads, s.head_dim, s.batch, s.seq_len, impl, ms);
+  if (bytes > 0) std::printf("  %6.2f TB/s", bytes / ms / 1e9);
+  if (flops > 0) std::printf("  %6.1f TFLOP/s", flops / ms / 1e9);
+  std::printf("  extra %.1f MB\n", extra_bytes / 1048576.0);
+  std::fflush(stdout);
+}
+
+void bench_decode(const Shape& s, const kc::Budget& budget, Timer& timer, int reps, bool with_top_k) {
+  const int64_t kv = int64_t(s.batch) * s.n_kv_heads * s.seq_len * s.head_dim;
+  const int64_t q = int64_t(s.batch) * s.n_heads * s.head_dim;
+  uint16_t* keys = device_alloc<uint16_t>(kv);
+  uint16_t* values = device_alloc<uint16_t>(kv);
+  uint16_t* queries = device_alloc<uint16_t>(q);
+  uint16_t* output = device_alloc<uint16_t>(q);
+  const uint64_t seed = fresh_seed();
+  fill(keys, kv, seed + 1, s.bf16);
+  fill(values, kv, seed + 2, s.bf16);
+  fill(queries, q, seed + 3, s.bf16);
+  std::vector<int> lens(s.batch, s.seq_len);
+  int* seq_lens = device_alloc<int>(s.batch);
+  CHECK(cudaMemcpy(seq_lens, lens.data(), s.batch * sizeof(int), cudaMemcpyHostToDevice));
+  const int64_t k = kc::budget_keys(budget, s.seq_len);
+  kc::DecodeIndexSets sets;
+  sets.max_keys = k;
+  sets.indices = device_alloc<int>(int64_t(s.batch) * s.n_kv_heads * k);
+  sets.counts = device_alloc<int>(s.batch);
+  // A non-identity head map exercises head-aware reuse.
+  std::vector<int> map(s.n_kv_heads);
+  for (int h = 0; h < s.n_kv_heads; ++h) map[h] = (h * 3 + 1) % s.n_kv_heads;
+  int* head_map = device_alloc<int>(s.n_kv_heads);
+  CHECK(cudaMemcpy(head_map, map.data(), s.n_kv_heads * sizeof(int), cudaMemcpyHostToDevice));
+
+  kc::AttentionArgs args;
+  args.dtype = s.bf16 ? kc::DType::BF16 : kc::DType::F16;
+  args.batch = s.batch;
+  args.n_heads = s.n_heads;
+  args.n_kv_heads = s.n_kv_heads;
+  args.head_dim = s.head_dim;
+  args.queries = queries;
+  args.keys = keys;
+  args.values = values;
+  args.capacity = s.seq_len;
+  args.seq_lens = seq_lens;
+  args.max_seq_len = s.seq_len;
+  args.output = output;
+
+  const double index_bytes = double(s.batch) * s.n_kv_heads * k * 4;
+  const double kv_bytes = double(kv) * 2 * 2;
+  const double sparse_bytes = double(s.batch) * s.n_kv_heads * k * s.head_dim * 2 * 2;
+  {
+    kc::Workspace ws;
+    auto run = [&] { kc::dense_decode(args, nullptr, ws, nullptr); };
+    poison_run_check(output, q, s.bf16, run, "dense_decode");
+    emit("decode", s, "dense", timer.median_ms(run, reps), kv_bytes, 0, double(ws.high_water()));
+  }
+  {
+    kc::Workspace ws;
+    auto run = [&] { kc::anchor_decode(args, budget, true, sets, ws, nullptr); };
+    poison_run_check(output, q, s.bf16, run, "anchor_decode(layer 0)");
+    emit("decode", s, "anchor0", timer.median_ms(run, reps), kv_bytes, 0, double(ws.high_water()) + index_bytes);
+  }
+  {
+    kc::Workspace ws;
+    auto run = [&] { kc::anchor_decode(args, budget, false, sets, ws, nullptr); };
+    poison_run_check(output, q, s.bf16, run, "anchor_decode");
+    emit("decode", s, "anchor", timer.median_ms(run, reps), kv_bytes / 2 + sparse_bytes, 0,
+         double(ws.high_water()) + index_bytes);
+  }
+  {
+    kc::Workspace ws;
+    auto run = [&] { kc::reuse_decode(args, sets, head_map, ws, nullptr); };
+    poison_run_check(output, q, s.bf16, run, "reuse_decode");
+    emit("decode", s, "reuse", timer.median_ms(run, reps), sparse_bytes + index_bytes, 0,
+         double(ws.high_water()) + index_bytes);
+  }
+  if (with_top_k) {
+    // The selection step alone: rows of N uniform scores, k = budget(N).
+    const int rows = s.batch * s.n_kv_heads;
+    float* scores = device_alloc<float>(int64_t(rows) * s.seq_len);
+    fill_float<<<1024, 256>>>(scores, int64_t(rows) * s.seq_len, seed + 4);
+    std::vector<int> lengths(rows, s.seq_len), ks(rows, int(k));
+    int* lengths_device = device_alloc<int>(rows);
+    int* k_device = device_alloc<int>(rows);
+    CHECK(cudaMemcpy(lengths_device, lengths.data(), rows * sizeof(int), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(k_device, ks.data(), rows * sizeof(int), cudaMemcpyHostToDevice));
+    auto run = [&] { kc::top_k(scores, s.seq_len, lengths_device, k_device, rows, sets.indices, k, nullptr); };
+    emit("decode", s, "topk", timer.median_ms(run, reps), double(rows) * s.seq_len * 4, 0, 0);
+    CHECK(cudaFree(scores));
+    CHECK(cudaFree(lengths_device));
+    CHECK(cudaFree(k_device));
+  }
+  for (void* pointer : {(void*)keys, (void*)values, (void*)queries, (void*)output, (void*)seq_lens,
+                        (void*)sets.indices, (void*)sets.counts, (void*)head_map})
+    CHECK(cudaFree(pointer));
+}
+
+void bench_prefill(const Shape& s, const kc::Budget& budget, int tile, Timer& timer, int reps) {
+  const int64_t kv = int64_t(s.batch) * s.n_kv_heads * s.seq_len * s.head_dim;
+  const int64_t q = int64_t(s.batch) * s.seq_len * s.n_heads * s.head_dim;
+  uint16_t* keys = device_alloc<uint16_t>(kv);
+  uint16_t* values = device_alloc<uint16_t>(kv);
+  uint16_t* queries = device_alloc<uint16_t>(q);
+  uint16_t* output = device_alloc<uint16_t>(q);
+  const uint64_t seed = fresh_seed();
+  fill(keys, kv, seed + 1, s.bf16);
+  fill(values, kv, seed + 2, s.bf16);
+  fill(queries, q, seed + 3, s.bf16);
+  std::vector<int> lens(s.batch, s.seq_len);
+  int* seq_lens = device_alloc<int>(s.batch);
+  CHECK(cudaMemcpy(seq_lens, lens.data(), s.batch * sizeof(int), cudaMemcpyHostToDevice));
+
+  const kc::PrefillIndexLayout layout = kc::prefill_index_layout(s.seq_len, tile, budget);
+  kc::PrefillIndexSets sets;
+  sets.tile = tile;
+  sets.per_head = layout.per_head();
+  sets.indices = device_alloc<int>(int64_t(s.batch) * s.n_kv_heads * sets.per_head);
+  int64_t* offsets = device_alloc<int64_t>(int64_t(layout.offsets.size()));
+  CHECK(cudaMemcpy(offsets, layout.offsets.data(), layout.offsets.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
+  sets.tile_offsets = offsets;
+  std::vector<int> map(s.n_kv_heads);
+  for (int h = 0; h < s.n_kv_heads; ++h) map[h] = (h * 3 + 1) % s.n_kv_heads;
+  int* head_map = device_alloc<int>(s.n_kv_heads);
+  CHECK(cudaMemcpy(head_map, map.data(), s.n_kv_heads * sizeof(int), cudaMemcpyHostToDevice));
+
+  kc::AttentionArgs args;
+  args.dtype = s.bf16 ? kc::DType::BF16 : kc::DType::F16;
+  args.batch = s.batch;
+  args.n_heads = s.n_heads;
+  args.n_kv_heads = s.n_kv_heads;
+  args.head_dim = s.head_dim;
+  args.queries = queries;
+  args.keys = keys;
+  args.values = values;
+  args.capacity = s.seq_len;
+  args.seq_lens = seq_lens;
+  args.max_seq_len = s.seq_len;
+  args.output = output;
+
+  // FLOPs actually needed: causal dense 4*d per (row, visible key); sparse
+  // rows see their tile's selected keys plus their own causal prefix.
+  const double n = s.seq_len;
+  const double dense_flops = 4.0 * s.head_dim * s.n_heads * s.batch * n * (n + 1) / 2;
+  double sparse_pairs = 0;
+  for (int64_t t = 0; t + 1 < int64_t(layout.offsets.size()); ++t) {
+    const int64_t rows = std::min<int64_t>(tile, s.seq_len - t * tile);
+    sparse_pairs += double(layout.offsets[t + 1] - layout.offsets[t]) * rows + double(rows) * (rows + 1) / 2;
+  }
+  const double sparse_flops = 4.0 * s.head_dim * s.n_heads * s.batch * sparse_pairs;
+  const double index_bytes = double(s.batch) * s.n_kv_heads * sets.per_head * 4;
+  {
+    kc::Workspace ws;
+    auto run = [&] { kc::dense_prefill(args, nullptr, ws, nullptr); };
+    poison_run_check(output, q, s.bf16, run, "dense_prefill");
+    emit("prefill", s, "dense", timer.median_ms(run, reps), 0, dense_flops, double(ws.high_water()));
+  }
+  {
+    kc::Workspace ws;
+    auto run = [&] { kc::anchor_prefill(args, budget, true, sets, ws, nullptr); };
+    poison_run_check(output, q, s.bf16, run, "anchor_prefill(layer 0)");
+    emit("prefill", s, "anchor0", timer.median_ms(run, reps), 0, dense_flops, double(ws.high_water()) + index_bytes);
+  }
+  {
+    kc::Workspace ws;
+    auto run = [&] { kc::anchor_prefill(args, budget, false, sets, ws, nullptr); };
+    poison_run_check(output, q, s.bf16, run, "anchor_prefill");
+    emit("prefill", s, "anchor", timer.median_ms(run, reps), 0, sparse_flops, double(ws.high_water()) + index_bytes);
+  }
+  {
+    kc::Workspace ws;
+    auto run = [&] { kc::reuse_prefill(args, sets, head_map, ws, nullptr); };
+    poison_run_check(output, q, s.bf16, run, "reuse_prefill");
+    emit("prefill", s, "reuse", timer.median_ms(run, reps), 0, sparse_flops, double(ws.high_water()) + index_bytes);
+  }
+  for (void* pointer : {(void*)keys, (void*)values, (void*)queries, (void*)output, (void*)seq_lens,
+                        (void*)sets.indices, (void*)offsets, (void*)head_map})
+    CHECK(cudaFree(pointer));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: kascade_cuda_bench OUT.csv [decode|prefill|all]\n");
+    return 2;
+  }
+  const std::string what = argc > 2 ? argv[2] : "all";
+  csv = std::fopen(argv[1], "w");
+  if (!csv) {
+    std::fprintf(stderr, "bench: cannot write %s\n", argv[1]);
+    return 1;
+  }
+  std::fprintf(csv, "section,dtype,H,G,d,batch,N,impl,ms,bytes,flops,extra_mb\n");
+  Timer timer;
+  const kc::Budget budget;  // 10%, min 128 keys
+  try {
+    if (what == "all" || what == "decode") {
+      for (bool bf16 : {false, true})
+        for (int batch : {64, 8, 1})
+          for (int n : {8192, 32768, 65536, 131072})
+            bench_decode(Shape{bf16, batch, 32, 8, 128, n}, budget, timer, 20, batch == 64);
+      for (int n : {8192, 32768}) bench_decode(Shape{false, 64, 9, 3, 64, n}, budget, timer, 20, false);
+    }
+    if (what == "all" || what == "prefill") {
+      for (bool bf16 : {false, true})
+        for (int n : {8192, 32768, 65536, 131072})
+          bench_prefill(Shape{bf16, 1, 32, 8, 128, n}, budget, 32, timer, n >= 65536 ? 3 : 5);
+      for (int n : {8192, 32768}) bench_prefill(Shape{false, 1, 9, 3, 64, n}, budget, 32, timer, 5);
+    }
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "bench: %s\n", error.what());
+    return 1;
+  }
+  std::fclose(csv);
+  return 0;
+}

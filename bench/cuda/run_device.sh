@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The one device script for the CUDA kernels: builds them (nvcc, sm_90a),
+# runs the correctness test against the CPU reference, then the benchmark and
+# the cuDNN baseline, and prints one table last. Logs and CSVs go to $OUT.
+#
+# Run from the repository root on the GPU machine, with fmt's headers copied
+# to .deps/include (the machine has no libfmt):
+#   bench/cuda/run_device.sh [all|test|bench|decode|prefill]
+set -uo pipefail
+what=${1:-all}
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=$root/build-device
+mkdir -p "$build"
+cd "$root"
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/device.txt"
+nvcc_flags=(-std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a -lineinfo -Isrc)
+cxx_flags=(-std=c++20 -O2 -mavx2 -mfma -mf16c -fopenmp -DFMT_HEADER_ONLY -I.deps/include -Isrc -I/usr/local/cuda/include)
+
+# Compile everything in parallel; fail if any unit fails.
+pids=()
+compile() { "$@" >>"$build/compile.log" 2>&1 & pids+=($!); }
+: >"$build/compile.log"
+start=$(date +%s)
+compile nvcc "${nvcc_flags[@]}" -Xptxas -v -c src/cuda/decode.cu -o "$build/decode.o"
+compile nvcc "${nvcc_flags[@]}" -Xptxas -v -c src/cuda/prefill.cu -o "$build/prefill.o"
+compile nvcc "${nvcc_flags[@]}" -c bench/cuda/kascade_cuda_bench.cu -o "$build/bench.o"
+compile g++ "${cxx_flags[@]}" -c src/cuda/api.cc -o "$build/api.o"
+compile g++ "${cxx_flags[@]}" -c tests/cuda/kascade_cuda_test.cc -o "$build/test.o"
+for unit in kascade_ops exact kernels scoring; do
+  compile g++ "${cxx_flags[@]}" -c "src/attention/$unit.cc" -o "$build/cpu_$unit.o"
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+cp "$build/compile.log" "$OUT/compile.log"
+if [[ $status != 0 ]]; then
+  grep -E "error" "$build/compile.log" | head -40
+  echo "build failed"
+  exit 1
+fi
+libs=("$build/api.o" "$build/decode.o" "$build/prefill.o")
+nvcc -o "$build/kascade_cuda_test" "$build/test.o" "$build"/cpu_*.o "${libs[@]}" -Xcompiler -fopenmp || exit 1
+nvcc -o "$build/kascade_cuda_bench" "$build/bench.o" "${libs[@]}" || exit 1
+echo "build: $(( $(date +%s) - start )) s"
+
+if [[ $what == all || $what == test ]]; then
+  start=$(date +%s)
+  OMP_NUM_THREADS=$(nproc) timeout "${TEST_TIMEOUT:-180}" "$build/kascade_cuda_test" 2>&1 | tee "$OUT/test.log"
+  echo "test: exit ${PIPESTATUS[0]}, $(( $(date +%s) - start )) s"
+fi
+
+section=all
+case $what in decode | prefill) section=$what ;; esac
+if [[ $what != test ]]; then
+  start=$(date +%s)
+  timeout "${BENCH_TIMEOUT:-200}" "$build/kascade_cuda_bench" "$OUT/ours.csv" "$section" 2>&1 | tee "$OUT/bench.log"
+  echo "bench: exit ${PIPESTATUS[0]}, $(( $(date +%s) - start )) s"
+  start=$(date +%s)
+  PYTHONUNBUFFERED=1 timeout "${BASELINE_TIMEOUT:-180}" python3 bench/cuda/torch_baseline.py "$OUT/ours.csv" "$OUT" 2>&1 | tee "$OUT/table.log"
+  echo "baseline: $(( $(date +%s) - start )) s"
+fi

@@ -1,0 +1,345 @@
+// Host side of the CUDA kernels: validates arguments (kascade::Error naming
+// the field), plans grids and split counts, carves the workspace, and chains
+// the kernels that make up an anchor or reuse layer.
+#include <algorithm>
+#include <cstdint>
+
+#include "core/error.h"
+#include "cuda/kascade_cuda.h"
+#include "cuda/kernels.h"
+
+namespace kascade::cuda {
+namespace detail {
+
+void unsupported(const char* what, int64_t value) { fail("cuda kernels: unsupported {}: {}", what, value); }
+
+void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) fail("cuda: {} failed: {}", what, cudaGetErrorString(status));
+}
+
+}  // namespace detail
+
+using detail::check_cuda;
+
+namespace {
+
+constexpr int kMaxHeadsPerDecodeBlock = 16;  // rows of one m16n8k16 tile
+constexpr int kPrefillBlockRows = 128;
+constexpr int kMinKeysPerSplit = 128;
+
+float scale_log2(int head_dim) { return float(1.4426950408889634 / std::sqrt(double(head_dim))); }
+
+void require_aligned(const void* pointer, const char* field) {
+  if (reinterpret_cast<uintptr_t>(pointer) % 16 != 0) fail("cuda attention: {} is not 16-byte aligned", field);
+}
+
+void validate(const AttentionArgs& args) {
+  if (args.dtype != DType::F16 && args.dtype != DType::BF16) fail("cuda attention: dtype {} is unknown", int(args.dtype));
+  if (args.batch < 1) fail("cuda attention: batch {} must be >= 1", args.batch);
+  if (args.n_heads < 1 || args.n_kv_heads < 1 || args.n_heads % args.n_kv_heads != 0)
+    fail("cuda attention: n_heads {} must be a positive multiple of n_kv_heads {}", args.n_heads, args.n_kv_heads);
+  if (args.n_heads / args.n_kv_heads > kPrefillBlockRows)
+    fail("cuda attention: group size {} exceeds {}", args.n_heads / args.n_kv_heads, kPrefillBlockRows);
+  if (args.head_dim != 64 && args.head_dim != 128 && args.head_dim != 256)
+    fail("cuda attention: head_dim {} is not 64, 128 or 256", args.head_dim);
+  if (!args.queries || !args.keys || !args.values || !args.seq_lens || !args.output)
+    fail("cuda attention: queries, keys, values, seq_lens and output must all be set");
+  require_aligned(args.queries, "queries");
+  require_aligned(args.keys, "keys");
+  require_aligned(args.values, "values");
+  require_aligned(args.output, "output");
+  if (args.max_seq_len < 1) fail("cuda attention: max_seq_len {} must be >= 1", args.max_seq_len);
+  if (args.capacity < args.max_seq_len)
+    fail("cuda attention: capacity {} is below max_seq_len {}", args.capacity, args.max_seq_len);
+}
+
+// Bump allocator over one workspace reservation.
+class Carver {
+ public:
+  explicit Carver(char* base) : base_(base) {}
+  template <typename T>
+  T* take(int64_t count) {
+    T* pointer = reinterpret_cast<T*>(base_ ? base_ + used_ : nullptr);
+    used_ += (count * int64_t(sizeof(T)) + 255) / 256 * 256;
+    return pointer;
+  }
+  int64_t used() const { return used_; }
+
+ private:
+  char* base_;
+  int64_t used_ = 0;
+};
+
+detail::DecodeParams decode_params(const AttentionArgs& args) {
+  detail::DecodeParams p;
+  p.queries = args.queries;
+  p.keys = args.keys;
+  p.values = args.values;
+  p.kv_head_stride = args.capacity * args.head_dim;
+  p.seq_lens = args.seq_lens;
+  p.batch = args.batch;
+  p.n_heads = args.n_heads;
+  p.n_kv_heads = args.n_kv_heads;
+  p.group = args.n_heads / args.n_kv_heads;
+  p.head_blocks = (p.group + kMaxHeadsPerDecodeBlock - 1) / kMaxHeadsPerDecodeBlock;
+  p.heads_per_block = (p.group + p.head_blocks - 1) / p.head_blocks;
+  p.scale_log2 = scale_log2(args.head_dim);
+  p.output = args.output;
+  return p;
+}
+
+// Enough key splits that the blocks fill every multiprocessor, but never
+// fewer than kMinKeysPerSplit keys per split.
+int plan_splits(const detail::DecodeParams& p, int64_t max_keys, int blocks_per_sm) {
+  const int64_t blocks = int64_t(p.batch) * p.n_kv_heads * p.head_blocks;
+  const int64_t target = int64_t(detail::multiprocessor_count()) * blocks_per_sm;
+  const int64_t wanted = (target + blocks - 1) / blocks;
+  const int64_t most = std::max<int64_t>(1, (max_keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
+  return static_cast<int>(std::clamp<int64_t>(wanted, 1, most));
+}
+
+// Split partials of a decode pass.
+void carve_partials(Carver& carver, detail::DecodeParams& p, int head_dim) {
+  p.partial_out = carver.take<float>(int64_t(p.batch) * p.n_heads * p.splits * head_dim);
+  p.partial_lse = carver.take<float>(int64_t(p.batch) * p.n_heads * p.splits);
+}
+
+// One attention pass over dense or selected keys, merged into the output.
+void run_decode_pass(detail::DecodeParams p, DType dtype, int head_dim, detail::DecodeMode mode, cudaStream_t stream) {
+  const bool with_output = mode != detail::DecodeMode::ScoresOnly;
+  detail::launch_decode_attention(p, dtype, head_dim, mode, stream);
+  if (p.splits > 1) detail::launch_decode_merge(p, dtype, head_dim, with_output, stream);
+}
+
+detail::PrefillParams prefill_params(const AttentionArgs& args) {
+  detail::PrefillParams p;
+  p.queries = args.queries;
+  p.keys = args.keys;
+  p.values = args.values;
+  p.kv_head_stride = args.capacity * args.head_dim;
+  p.seq_lens = args.seq_lens;
+  p.batch = args.batch;
+  p.n_heads = args.n_heads;
+  p.n_kv_heads = args.n_kv_heads;
+  p.group = args.n_heads / args.n_kv_heads;
+  p.max_seq_len = args.max_seq_len;
+  p.block_queries = std::max(1, kPrefillBlockRows / p.group);
+  p.row_blocks = 1;
+  p.scale_log2 = scale_log2(args.head_dim);
+  p.output = args.output;
+  return p;
+}
+
+void validate_prefill_sets(const PrefillIndexSets& sets, const char* name) {
+  if (!sets.indices || !sets.tile_offsets) fail("cuda prefill: {}.indices and .tile_offsets must be set", name);
+  if (sets.tile < 1 || sets.tile > 1024) fail("cuda prefill: {}.tile {} is outside [1, 1024]", name, sets.tile);
+  if (sets.per_head < 0) fail("cuda prefill: {}.per_head {} is negative", name, sets.per_head);
+}
+
+}  // namespace
+
+int64_t budget_keys(const Budget& budget, int64_t n) {
+  return detail::budget_of(budget.percent, budget.min_keys, n);
+}
+
+PrefillIndexLayout prefill_index_layout(int max_seq_len, int tile, const Budget& budget) {
+  if (tile < 1) fail("prefill_index_layout: tile {} must be >= 1", tile);
+  if (max_seq_len < 1) fail("prefill_index_layout: max_seq_len {} must be >= 1", max_seq_len);
+  PrefillIndexLayout layout;
+  const int n_tiles = (max_seq_len + tile - 1) / tile;
+  layout.offsets.resize(n_tiles + 1);
+  layout.offsets[0] = 0;
+  for (int t = 0; t < n_tiles; ++t) layout.offsets[t + 1] = layout.offsets[t] + budget_keys(budget, int64_t(t) * tile);
+  return layout;
+}
+
+Workspace::~Workspace() {
+  if (data_) cudaFree(data_);
+}
+
+void* Workspace::reserve(size_t bytes) {
+  if (bytes > capacity_) {
+    if (data_) check_cuda(cudaFree(data_), "cudaFree(workspace)");
+    data_ = nullptr;
+    capacity_ = 0;
+    check_cuda(cudaMalloc(&data_, bytes), "cudaMalloc(workspace)");
+    capacity_ = bytes;
+  }
+  return data_;
+}
+
+void dense_decode(const AttentionArgs& args, float* lse, Workspace& workspace, cudaStream_t stream) {
+  validate(args);
+  detail::DecodeParams p = decode_params(args);
+  p.lse = lse;
+  p.splits = plan_splits(p, args.max_seq_len,
+                         detail::decode_blocks_per_sm(args.dtype, args.head_dim, detail::DecodeMode::Attend, false));
+  Carver sizing(nullptr);
+  carve_partials(sizing, p, args.head_dim);
+  Carver carver(static_cast<char*>(workspace.reserve(sizing.used())));
+  carve_partials(carver, p, args.head_dim);
+  run_decode_pass(p, args.dtype, args.head_dim, detail::DecodeMode::Attend, stream);
+}
+
+void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_output,
+                   const DecodeIndexSets& selection, Workspace& workspace, cudaStream_t stream) {
+  validate(args);
+  if (!selection.indices || !selection.counts) fail("anchor_decode: selection.indices and .counts must be set");
+  const int64_t max_budget = budget_keys(budget, args.max_seq_len);
+  if (selection.max_keys < max_budget)
+    fail("anchor_decode: selection.max_keys {} is below budget({}) = {}", selection.max_keys, args.max_seq_len,
+         max_budget);
+  if (!(budget.percent > 0 && budget.percent <= 100) || budget.min_keys < 0)
+    fail("anchor_decode: budget percent {} / min_keys {} out of range", budget.percent, budget.min_keys);
+
+  const detail::DecodeMode score_mode = dense_output ? detail::DecodeMode::AttendAndScores : detail::DecodeMode::ScoresOnly;
+  detail::DecodeParams scoring = decode_params(args);
+  scoring.splits = plan_splits(scoring, args.max_seq_len,
+                               detail::decode_blocks_per_sm(args.dtype, args.head_dim, score_mode, false));
+  detail::DecodeParams sparse = decode_params(args);
+  sparse.indices = selection.indices;
+  sparse.counts = selection.counts;
+  sparse.index_stride = selection.max_keys;
+  sparse.splits = plan_splits(sparse, max_budget,
+                              detail::decode_blocks_per_sm(args.dtype, args.head_dim, detail::DecodeMode::Attend, true));
+
+  const int64_t rows = int64_t(args.batch) * args.n_heads;
+  auto carve = [&](Carver& carver) {
+    carve_partials(carver, scoring, args.head_dim);
+    carve_partials(carver, sparse, args.head_dim);
+    scoring.lse = carver.take<float>(rows);
+    scoring.scores = carver.take<float>(rows * args.max_seq_len);
+    scoring.score_stride = args.max_seq_len;
+    return carver.take<float>(int64_t(args.batch) * args.n_kv_heads * args.max_seq_len);
+  };
+  Carver sizing(nullptr);
+  carve(sizing);
+  Carver carver(static_cast<char*>(workspace.reserve(sizing.used())));
+  float* pooled = carve(carver);
+
+  run_decode_pass(scoring, args.dtype, args.head_dim, score_mode, stream);
+
+  detail::PooledSelectParams select;
+  select.scores = scoring.scores;
+  select.score_stride = scoring.score_stride;
+  select.lse = scoring.lse;
+  select.seq_lens = args.seq_lens;
+  select.batch = args.batch;
+  select.n_heads = args.n_heads;
+  select.n_kv_heads = args.n_kv_heads;
+  select.group = scoring.group;
+  select.budget = budget;
+  select.pooled = pooled;
+  select.indices = selection.indices;
+  select.counts = selection.counts;
+  select.index_stride = selection.max_keys;
+  detail::launch_pooled_select_decode(select, stream);
+
+  if (!dense_output) run_decode_pass(sparse, args.dtype, args.head_dim, detail::DecodeMode::Attend, stream);
+}
+
+void reuse_decode(const AttentionArgs& args, const DecodeIndexSets& anchor, const int* head_map,
+                  Workspace& workspace, cudaStream_t stream) {
+  validate(args);
+  if (!anchor.indices || !anchor.counts) fail("reuse_decode: anchor.indices and .counts must be set");
+  if (anchor.max_keys < 1) fail("reuse_decode: anchor.max_keys {} must be >= 1", anchor.max_keys);
+  detail::DecodeParams p = decode_params(args);
+  p.indices = anchor.indices;
+  p.counts = anchor.counts;
+  p.head_map = head_map;
+  p.index_stride = anchor.max_keys;
+  p.splits = plan_splits(p, anchor.max_keys,
+                         detail::decode_blocks_per_sm(args.dtype, args.head_dim, detail::DecodeMode::Attend, true));
+  Carver sizing(nullptr);
+  carve_partials(sizing, p, args.head_dim);
+  Carver carver(static_cast<char*>(workspace.reserve(sizing.used())));
+  carve_partials(carver, p, args.head_dim);
+  run_decode_pass(p, args.dtype, args.head_dim, detail::DecodeMode::Attend, stream);
+}
+
+void top_k(const float* values, int64_t row_stride, const int* lengths, const int* k, int rows, int* out,
+           int64_t out_stride, cudaStream_t stream) {
+  if (!values || !lengths || !k || !out) fail("top_k: values, lengths, k and out must be set");
+  if (rows < 0) fail("top_k: rows {} is negative", rows);
+  if (row_stride < 0 || out_stride < 0) fail("top_k: strides must be non-negative");
+  if (rows == 0) return;
+  detail::launch_top_k(values, row_stride, lengths, k, rows, out, out_stride, stream);
+}
+
+void dense_prefill(const AttentionArgs& args, float* lse, Workspace& workspace, cudaStream_t stream) {
+  validate(args);
+  (void)workspace;  // dense prefill needs no scratch
+  detail::PrefillParams p = prefill_params(args);
+  p.lse = lse;
+  detail::launch_prefill_attention(p, args.dtype, args.head_dim, detail::PrefillKeys::Causal,
+                                   detail::PrefillMode::Attend, stream);
+}
+
+void anchor_prefill(const AttentionArgs& args, const Budget& budget, bool dense_output,
+                    const PrefillIndexSets& selection, Workspace& workspace, cudaStream_t stream) {
+  validate(args);
+  validate_prefill_sets(selection, "selection");
+  if (!(budget.percent > 0 && budget.percent <= 100) || budget.min_keys < 0)
+    fail("anchor_prefill: budget percent {} / min_keys {} out of range", budget.percent, budget.min_keys);
+  const PrefillIndexLayout layout = prefill_index_layout(args.max_seq_len, selection.tile, budget);
+  if (selection.per_head < layout.per_head())
+    fail("anchor_prefill: selection.per_head {} is below the layout's {}", selection.per_head, layout.per_head());
+
+  const int n_blocks = detail::multiprocessor_count() * detail::tile_select_blocks_per_sm(args.dtype, args.head_dim);
+  auto carve = [&](Carver& carver, float*& lse, float*& slots, int*& counter) {
+    lse = carver.take<float>(int64_t(args.batch) * args.n_heads * args.max_seq_len);
+    slots = carver.take<float>(int64_t(n_blocks) * args.max_seq_len);
+    counter = carver.take<int>(1);
+  };
+  float *lse, *slots;
+  int* counter;
+  Carver sizing(nullptr);
+  carve(sizing, lse, slots, counter);
+  Carver carver(static_cast<char*>(workspace.reserve(sizing.used())));
+  carve(carver, lse, slots, counter);
+
+  detail::PrefillParams rows = prefill_params(args);
+  rows.lse = lse;
+  detail::launch_prefill_attention(rows, args.dtype, args.head_dim, detail::PrefillKeys::Causal,
+                                   dense_output ? detail::PrefillMode::Attend : detail::PrefillMode::LseOnly, stream);
+
+  detail::TileSelectParams select;
+  select.queries = args.queries;
+  select.keys = args.keys;
+  select.kv_head_stride = args.capacity * args.head_dim;
+  select.seq_lens = args.seq_lens;
+  select.batch = args.batch;
+  select.n_heads = args.n_heads;
+  select.n_kv_heads = args.n_kv_heads;
+  select.group = args.n_heads / args.n_kv_heads;
+  select.max_seq_len = args.max_seq_len;
+  select.tile = selection.tile;
+  select.lse = lse;
+  select.indices = selection.indices;
+  select.tile_offsets = selection.tile_offsets;
+  select.per_head = selection.per_head;
+  select.slots = slots;
+  select.work_counter = counter;
+  select.scale_log2 = scale_log2(args.head_dim);
+  detail::launch_tile_select(select, args.dtype, args.head_dim, n_blocks, stream);
+
+  if (!dense_output) reuse_prefill(args, selection, nullptr, workspace, stream);
+}
+
+void reuse_prefill(const AttentionArgs& args, const PrefillIndexSets& anchor, const int* head_map,
+                   Workspace& workspace, cudaStream_t stream) {
+  validate(args);
+  validate_prefill_sets(anchor, "anchor");
+  (void)workspace;  // reads the anchor's sets in place
+  detail::PrefillParams p = prefill_params(args);
+  p.block_queries = anchor.tile;
+  p.row_blocks = (anchor.tile * p.group + kPrefillBlockRows - 1) / kPrefillBlockRows;
+  p.indices = anchor.indices;
+  p.tile_offsets = anchor.tile_offsets;
+  p.per_head = anchor.per_head;
+  p.head_map = head_map;
+  detail::launch_prefill_attention(p, args.dtype, args.head_dim, detail::PrefillKeys::Selected,
+                                   detail::PrefillMode::Attend, stream);
+}
+
+}  // namespace kascade::cuda

@@ -1,0 +1,137 @@
+// Host API of the CUDA attention kernels: dense and Kascade (anchor, reuse)
+// attention for decode and prefill, and an exact top-k, on Hopper (sm_90a).
+//
+// Semantics are KASCADE.md's and the CPU reference's (attention/kascade_ops.h).
+// All pointers are device pointers unless a field says otherwise; every call
+// is asynchronous on the given stream. Arguments are validated on the host and
+// bad ones raise kascade::Error naming the field.
+//
+// Layouts (elements of `dtype` unless noted):
+//   KV cache   keys/values [batch][n_kv_heads][capacity][head_dim]
+//   decode     queries/output [batch][n_heads][head_dim]
+//   prefill    queries/output [batch][max_seq_len][n_heads][head_dim]
+//   LSE        fp32, natural log: decode [batch][n_heads],
+//              prefill [batch][n_heads][max_seq_len]
+// Sequences in a batch may have different lengths (seq_lens, device int32).
+// Decode: the query of sequence b sees keys [0, seq_lens[b]). Prefill: the
+// whole sequence is the prompt; query q sees keys [0, q]. Output rows of
+// prefill positions >= seq_lens[b] are not written.
+//
+// Budget: budget(N) = min(N, max(min_k, floor(percent * N / 100))), exactly as
+// the CPU reference computes it; the kernels do not round it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kascade::cuda {
+
+enum class DType { F16, BF16 };
+
+struct Budget {
+  double percent = 10.0;
+  int64_t min_keys = 128;
+};
+
+// The number of keys selected out of n visible ones (host side; the kernels
+// evaluate the same expression on the device).
+int64_t budget_keys(const Budget& budget, int64_t n);
+
+// Geometry and tensors of one attention layer call.
+struct AttentionArgs {
+  DType dtype = DType::F16;
+  int batch = 0;
+  int n_heads = 0;     // H query heads
+  int n_kv_heads = 0;  // G key/value heads (H % G == 0)
+  int head_dim = 0;    // 64, 128 or 256
+  const void* queries = nullptr;
+  const void* keys = nullptr;
+  const void* values = nullptr;
+  int64_t capacity = 0;         // positions allocated per (sequence, KV head) in the cache
+  const int* seq_lens = nullptr;  // [batch], each in [1, capacity]
+  int max_seq_len = 0;          // host copy of max(seq_lens): sizes grids and workspaces
+  void* output = nullptr;
+};
+
+// Decode index sets: [batch][n_kv_heads][max_keys] int32, ascending; the
+// sets of sequence b hold counts[b] = budget(seq_lens[b]) indices each.
+struct DecodeIndexSets {
+  int* indices = nullptr;
+  int* counts = nullptr;  // [batch]
+  int64_t max_keys = 0;
+};
+
+// Prefill index sets, per (sequence, KV head, query tile t): budget(t*tile)
+// ascending indices in [0, t*tile), stored at indices[(b*G + h)*per_head +
+// offsets[t]]. Build the layout with prefill_index_layout.
+struct PrefillIndexSets {
+  int* indices = nullptr;
+  const int64_t* tile_offsets = nullptr;  // device copy of PrefillIndexLayout::offsets
+  int64_t per_head = 0;
+  int tile = 32;
+};
+
+struct PrefillIndexLayout {
+  std::vector<int64_t> offsets;  // [n_tiles + 1], offsets[t] = sum of budgets of tiles < t
+  int64_t per_head() const { return offsets.back(); }
+};
+PrefillIndexLayout prefill_index_layout(int max_seq_len, int tile, const Budget& budget);
+
+// Scratch memory owned by the caller, grown on demand (growth synchronises
+// the device; run a call once ahead to size it). high_water() reports the
+// peak bytes held.
+class Workspace {
+ public:
+  Workspace() = default;
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  ~Workspace();
+  // A region of at least `bytes`, 256-byte aligned, valid until the next reserve().
+  void* reserve(size_t bytes);
+  size_t high_water() const { return capacity_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+// Dense decode (split-KV flash decoding). Writes `lse` when non-null.
+void dense_decode(const AttentionArgs& args, float* lse, Workspace& workspace, cudaStream_t stream);
+
+// Anchor decode: pooled post-softmax scores over the g heads of each KV
+// head, exact top budget(N) per KV head into `selection`, then attention over
+// the selected keys. With dense_output (layer 0) the output is dense
+// attention instead and the scores come from the same pass.
+void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_output,
+                   const DecodeIndexSets& selection, Workspace& workspace, cudaStream_t stream);
+
+// Reuse decode: attention over the anchor's keys; KV head h reads the set of
+// anchor head head_map[h] (device [n_kv_heads]; null means identity).
+void reuse_decode(const AttentionArgs& args, const DecodeIndexSets& anchor, const int* head_map,
+                  Workspace& workspace, cudaStream_t stream);
+
+// Exact top-k of each row (ties to the lower index), ascending indices:
+// row r has lengths[r] values at values + r*row_stride and writes
+// min(k[r], lengths[r]) indices at out + r*out_stride.
+void top_k(const float* values, int64_t row_stride, const int* lengths, const int* k, int rows, int* out,
+           int64_t out_stride, cudaStream_t stream);
+
+// Dense causal prefill (flash attention on tensor cores). Writes `lse` when non-null.
+void dense_prefill(const AttentionArgs& args, float* lse, Workspace& workspace, cudaStream_t stream);
+
+// Anchor prefill: per-row LSE, pooled post-softmax tile scores with a
+// per-tile top budget(s) selected as the scores stream (never materialising
+// the pooled-score tensor), then attention over selected keys + own tile.
+// With dense_output (layer 0) the output is dense causal attention.
+void anchor_prefill(const AttentionArgs& args, const Budget& budget, bool dense_output,
+                    const PrefillIndexSets& selection, Workspace& workspace, cudaStream_t stream);
+
+// Reuse prefill: each tile attends the anchor tile's keys (through head_map)
+// plus its own keys causally.
+void reuse_prefill(const AttentionArgs& args, const PrefillIndexSets& anchor, const int* head_map,
+                   Workspace& workspace, cudaStream_t stream);
+
+}  // namespace kascade::cuda

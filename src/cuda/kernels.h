@@ -1,0 +1,143 @@
+// Internal interface between the host API (api.cc, which validates and
+// plans) and the kernel files (*.cu, which instantiate templates and launch).
+// Plain C++: no CUDA device code, no fmt (nvcc's front end rejects fmt's
+// compile-time format strings), so errors are raised through unsupported().
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/kascade_cuda.h"
+
+#if defined(__CUDACC__)
+#define KASCADE_HOST_DEVICE __host__ __device__
+#else
+#define KASCADE_HOST_DEVICE
+#endif
+
+namespace kascade::cuda::detail {
+
+// budget(n) = min(n, max(min_keys, floor(percent * n / 100))), the same
+// expression as attention::budget (whose floor forgives a relative 1e-9 of
+// round-off), evaluated identically on host and device.
+KASCADE_HOST_DEVICE inline int64_t budget_of(double percent, int64_t min_keys, int64_t n) {
+  const double share = percent * static_cast<double>(n) / 100.0;
+  const int64_t floored = static_cast<int64_t>(::floor(share + share * 1e-9));
+  const int64_t keys = floored > min_keys ? floored : min_keys;
+  return keys < n ? keys : n;
+}
+
+// Raises kascade::Error("unsupported <what>: <value>"); defined in api.cc.
+[[noreturn]] void unsupported(const char* what, int64_t value);
+// Raises kascade::Error naming the failed CUDA call; defined in api.cc.
+void check_cuda(cudaError_t status, const char* what);
+
+// Decode kernels come in three modes: attention only; attention that also
+// writes every raw score (layer 0: dense output, scores for selection); and
+// scores only, reading K alone (the first pass of an anchor layer).
+enum class DecodeMode { Attend, AttendAndScores, ScoresOnly };
+
+struct DecodeParams {
+  const void* queries = nullptr;  // [batch][n_heads][head_dim]
+  const void* keys = nullptr;
+  const void* values = nullptr;
+  int64_t kv_head_stride = 0;  // capacity * head_dim elements
+  const int* seq_lens = nullptr;
+  // Sparse key lists (null for dense): indices[(b*G + head_map[h])*index_stride + j], j < counts[b].
+  const int* indices = nullptr;
+  const int* counts = nullptr;
+  const int* head_map = nullptr;  // null: identity
+  int64_t index_stride = 0;
+  int batch = 0, n_heads = 0, n_kv_heads = 0, group = 0;
+  int heads_per_block = 0;  // query heads of one group handled by one block (<= 16)
+  int head_blocks = 0;      // ceil(group / heads_per_block)
+  int splits = 1;           // key splits per (sequence, head block)
+  float scale_log2 = 0.f;   // log2(e) / sqrt(head_dim)
+  void* output = nullptr;   // used when splits == 1
+  float* lse = nullptr;     // natural-log LSE [batch][n_heads], optional
+  float* partial_out = nullptr;  // [batch][n_heads][splits][head_dim], normalised
+  float* partial_lse = nullptr;  // [batch][n_heads][splits], log2 units
+  float* scores = nullptr;       // raw scores in log2 units [batch][n_heads][score_stride]
+  int64_t score_stride = 0;
+};
+
+int decode_blocks_per_sm(DType dtype, int head_dim, DecodeMode mode, bool sparse);
+void launch_decode_attention(const DecodeParams& params, DType dtype, int head_dim, DecodeMode mode,
+                             cudaStream_t stream);
+// Folds the split partials into output (when not ScoresOnly) and lse.
+void launch_decode_merge(const DecodeParams& params, DType dtype, int head_dim, bool with_output,
+                         cudaStream_t stream);
+
+// Pooled post-softmax scores of each KV head (sum over its g query heads of
+// 2^(s - lse)) and the exact top budget(n) per (sequence, KV head).
+struct PooledSelectParams {
+  const float* scores = nullptr;  // log2 units [batch][n_heads][score_stride]
+  int64_t score_stride = 0;
+  const float* lse = nullptr;  // natural [batch][n_heads]
+  const int* seq_lens = nullptr;
+  int batch = 0, n_heads = 0, n_kv_heads = 0, group = 0;
+  Budget budget;
+  float* pooled = nullptr;  // scratch [batch][n_kv_heads][score_stride]
+  int* indices = nullptr;   // [batch][n_kv_heads][index_stride]
+  int* counts = nullptr;    // [batch]
+  int64_t index_stride = 0;
+};
+void launch_pooled_select_decode(const PooledSelectParams& params, cudaStream_t stream);
+
+void launch_top_k(const float* values, int64_t row_stride, const int* lengths, const int* k, int rows, int* out,
+                  int64_t out_stride, cudaStream_t stream);
+
+// Prefill attention. Rows of a block are (query, head) pairs of one KV head:
+// row r is query q0 + r / group, head r % group. Keys are either the causal
+// prefix (dense) or a tile's selected list followed by its own keys.
+enum class PrefillKeys { Causal, Selected };
+enum class PrefillMode { Attend, LseOnly };
+
+struct PrefillParams {
+  const void* queries = nullptr;  // [batch][max_seq_len][n_heads][head_dim]
+  const void* keys = nullptr;
+  const void* values = nullptr;
+  int64_t kv_head_stride = 0;
+  const int* seq_lens = nullptr;
+  int batch = 0, n_heads = 0, n_kv_heads = 0, group = 0, max_seq_len = 0;
+  int block_queries = 0;  // queries per block (a tile when Selected)
+  int row_blocks = 0;     // blocks per (query block, KV head): ceil(block_queries*group/128)
+  // Selected: tile t's keys are indices[(b*G + head_map[h])*per_head + tile_offsets[t] ...
+  // tile_offsets[t+1]) followed by [t*tile, (t+1)*tile).
+  const int* indices = nullptr;
+  const int64_t* tile_offsets = nullptr;
+  int64_t per_head = 0;
+  const int* head_map = nullptr;
+  float scale_log2 = 0.f;
+  void* output = nullptr;
+  float* lse = nullptr;  // natural [batch][n_heads][max_seq_len], optional (required for LseOnly)
+};
+void launch_prefill_attention(const PrefillParams& params, DType dtype, int head_dim, PrefillKeys keys,
+                              PrefillMode mode, cudaStream_t stream);
+
+// Anchor prefill selection: persistent blocks take tiles (largest prefix
+// first), accumulate the tile's pooled scores over [0, s) into a private slot
+// and radix-select budget(s) of them.
+struct TileSelectParams {
+  const void* queries = nullptr;
+  const void* keys = nullptr;
+  int64_t kv_head_stride = 0;
+  const int* seq_lens = nullptr;
+  int batch = 0, n_heads = 0, n_kv_heads = 0, group = 0, max_seq_len = 0, tile = 0;
+  const float* lse = nullptr;  // natural [batch][n_heads][max_seq_len]
+  int* indices = nullptr;  // tile t keeps tile_offsets[t+1] - tile_offsets[t] keys
+  const int64_t* tile_offsets = nullptr;
+  int64_t per_head = 0;
+  float* slots = nullptr;  // [n_blocks][max_seq_len]
+  int* work_counter = nullptr;
+  float scale_log2 = 0.f;
+};
+int tile_select_blocks_per_sm(DType dtype, int head_dim);
+void launch_tile_select(const TileSelectParams& params, DType dtype, int head_dim, int n_blocks,
+                        cudaStream_t stream);
+
+int multiprocessor_count();
+
+}  // namespace kascade::cuda::detail

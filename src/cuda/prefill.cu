@@ -1,0 +1,485 @@
+// Prefill kernels on tensor cores (mma.sync m16n8k16, flash-attention
+// style): dense causal attention, attention over a tile's selected keys plus
+// its own keys (anchor and reuse layers), the per-row LSE pass of an anchor,
+// and the anchor's streaming pooled-score selection.
+//
+// A block holds 128 rows of one KV head: row r is query q0 + r / g of head
+// r % g, so the g heads of a group share every K/V chunk loaded into shared
+// memory. Eight warps own 16 rows each; K/V chunks of 32 or 64 keys stream
+// through a two-stage cp.async pipeline.
+#include <cmath>
+
+#include "cuda/device_common.cuh"
+#include "cuda/kernels.h"
+#include "cuda/radix_select.cuh"
+#include "cuda/softmax_state.cuh"
+
+namespace kascade::cuda::detail {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kBlockRows = kWarps * 16;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int kHeadDim, bool kReadValues>
+struct PrefillConfig {
+  // 64-key chunks where the registers allow (scores-only passes, head_dim 64).
+  static constexpr int kChunkKeys = (kReadValues ? kHeadDim <= 64 : kHeadDim <= 128) ? 64 : 32;
+  static constexpr int kTileBytes = kChunkKeys * kHeadDim * 2;
+  static constexpr int kStageBytes = kTileBytes * (kReadValues ? 2 : 1);
+  static constexpr int kQueryBytes = kBlockRows * kHeadDim * 2;
+  static constexpr int kSharedBytes = kQueryBytes + 2 * kStageBytes;
+  static constexpr int kPiecesPerThread = kChunkKeys * (kHeadDim / 8) / kThreads;
+};
+
+// Where a block's rows come from and which keys each may see.
+struct RowInfo {
+  int query = -1;  // absolute position, -1 for a padding row
+  int head = 0;    // query head
+};
+
+__device__ __forceinline__ RowInfo row_info(int row, int q0, int block_queries, int group, int kv_head,
+                                            int seq_len) {
+  RowInfo info;
+  const int q = q0 + row / group;
+  if (row < block_queries * group && q < q0 + block_queries && q < seq_len) {
+    info.query = q;
+    info.head = kv_head * group + row % group;
+  }
+  return info;
+}
+
+// Copies the block's query rows into a swizzled tile (zeros for padding rows).
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void load_query_rows(const T* queries, int b, int max_seq_len, int n_heads, int q0,
+                                                int block_queries, int group, int kv_head, int seq_len,
+                                                int row_base, uint32_t tile) {
+  constexpr int kChunks = kHeadDim / 8;
+  for (int piece = threadIdx.x; piece < kBlockRows * kChunks; piece += kThreads) {
+    const int row = piece / kChunks, chunk = piece % kChunks;
+    const RowInfo info = row_info(row_base + row, q0, block_queries, group, kv_head, seq_len);
+    const bool valid = info.query >= 0;
+    const T* source = queries;
+    if (valid) source = queries + ((int64_t(b) * max_seq_len + info.query) * n_heads + info.head) * kHeadDim + chunk * 8;
+    cp_async_16(tile + SwizzledTile<kHeadDim>::offset(row, chunk), source, valid);
+  }
+}
+
+// The key positions of a block: the causal prefix, or a selected list
+// followed by the tile's own keys.
+struct KeyList {
+  const int* selected = nullptr;  // null: positions are 0, 1, ...
+  int n_selected = 0;
+  int own_begin = 0;  // first own key (tile start)
+  int total = 0;
+  __device__ __forceinline__ int position(int v) const {
+    if (selected == nullptr) return v;
+    return v < n_selected ? __ldg(selected + v) : own_begin + (v - n_selected);
+  }
+};
+
+template <typename T, int kHeadDim, bool kReadValues>
+__device__ __forceinline__ void issue_key_chunk(const KeyList& keys, int key0, const T* key_base, const T* value_base,
+                                                uint32_t stage) {
+  using Config = PrefillConfig<kHeadDim, kReadValues>;
+  constexpr int kChunks = kHeadDim / 8;
+#pragma unroll
+  for (int e = 0; e < Config::kPiecesPerThread; ++e) {
+    const int piece = threadIdx.x + kThreads * e;
+    const int row = piece / kChunks, chunk = piece % kChunks;
+    const int v = key0 + row;
+    const bool valid = v < keys.total;
+    const int64_t element = valid ? int64_t(keys.position(v)) * kHeadDim + chunk * 8 : 0;
+    const uint32_t offset = SwizzledTile<kHeadDim>::offset(row, chunk);
+    cp_async_16(stage + offset, key_base + element, valid);
+    if constexpr (kReadValues) cp_async_16(stage + Config::kTileBytes + offset, value_base + element, valid);
+  }
+  cp_async_commit();
+}
+
+// S = Q K^T for the warp's 16 rows against one chunk, in log2 units.
+template <typename T, int kHeadDim, int kChunkKeys>
+__device__ __forceinline__ void chunk_scores(uint32_t query_tile, int warp, uint32_t key_tile, int lane,
+                                             float s[kChunkKeys / 8][4]) {
+#pragma unroll
+  for (int j = 0; j < kChunkKeys / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+  for (int k_step = 0; k_step < kHeadDim / 16; ++k_step) {
+    uint32_t a[4];
+    load_a_fragment<kHeadDim>(query_tile, warp * 16, k_step, lane, a);
+#pragma unroll
+    for (int pair = 0; pair < kChunkKeys / 16; ++pair) {
+      uint32_t bk[4];
+      load_key_fragments<kHeadDim>(key_tile, pair * 16, k_step, lane, bk);
+      mma_16816<T>(s[2 * pair], a, bk[0], bk[1]);
+      mma_16816<T>(s[2 * pair + 1], a, bk[2], bk[3]);
+    }
+  }
+}
+
+template <typename T, int kHeadDim, PrefillKeys kKeys, PrefillMode kMode>
+__global__ void __launch_bounds__(kThreads, kHeadDim <= 128 ? 2 : 1) prefill_attention_kernel(const PrefillParams p) {
+  constexpr bool kReadValues = kMode == PrefillMode::Attend;
+  using Config = PrefillConfig<kHeadDim, kReadValues>;
+  constexpr int kChunkKeys = Config::kChunkKeys;
+  extern __shared__ __align__(128) unsigned char shared[];
+  const uint32_t query_tile = shared_address(shared);
+  const uint32_t stages = query_tile + Config::kQueryBytes;
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int quad_row = lane >> 2, quad_col = lane & 3;
+  const int b = blockIdx.z;
+  const int kv_head = blockIdx.x / p.row_blocks;
+  const int row_base = (blockIdx.x % p.row_blocks) * kBlockRows;
+  // Heaviest query blocks first (causal work grows with the position); the
+  // heads vary fastest so every head's heavy blocks start in the first wave.
+  const int q_block = gridDim.y - 1 - blockIdx.y;
+  const int q0 = q_block * p.block_queries;
+  const int seq_len = p.seq_lens[b];
+  if (q0 >= seq_len) return;
+
+  KeyList keys;
+  const int last_query = min(q0 + p.block_queries, seq_len) - 1;
+  if constexpr (kKeys == PrefillKeys::Causal) {
+    keys.total = last_query + 1;
+  } else {
+    const int set_head = p.head_map ? p.head_map[kv_head] : kv_head;
+    const int64_t begin = p.tile_offsets[q_block], end = p.tile_offsets[q_block + 1];
+    keys.selected = p.indices + (int64_t(b) * p.n_kv_heads + set_head) * p.per_head + begin;
+    keys.n_selected = static_cast<int>(end - begin);
+    keys.own_begin = q0;
+    keys.total = keys.n_selected + (last_query + 1 - q0);
+  }
+
+  const int64_t kv_offset = (int64_t(b) * p.n_kv_heads + kv_head) * p.kv_head_stride;
+  const T* key_base = static_cast<const T*>(p.keys) + kv_offset;
+  const T* value_base = static_cast<const T*>(p.values) + kv_offset;
+
+  load_query_rows<T, kHeadDim>(static_cast<const T*>(p.queries), b, p.max_seq_len, p.n_heads, q0, p.block_queries,
+                               p.group, kv_head, seq_len, row_base, query_tile);
+  const int n_chunks = (keys.total + kChunkKeys - 1) / kChunkKeys;
+  issue_key_chunk<T, kHeadDim, kReadValues>(keys, 0, key_base, value_base, stages);  // commits Q with chunk 0
+
+  RowInfo rows[2];
+  rows[0] = row_info(row_base + warp * 16 + quad_row, q0, p.block_queries, p.group, kv_head, seq_len);
+  rows[1] = row_info(row_base + warp * 16 + quad_row + 8, q0, p.block_queries, p.group, kv_head, seq_len);
+  // Keys at or before the block's first query need no causal mask.
+  const int unmasked_keys = kKeys == PrefillKeys::Causal ? q0 + 1 : keys.n_selected + 1;
+
+  SoftmaxState state[2];
+  float out[kHeadDim / 8][4];
+#pragma unroll
+  for (int j = 0; j < kHeadDim / 8; ++j) out[j][0] = out[j][1] = out[j][2] = out[j][3] = 0.f;
+
+  for (int c = 0; c < n_chunks; ++c) {
+    if (c + 1 < n_chunks) {
+      issue_key_chunk<T, kHeadDim, kReadValues>(keys, (c + 1) * kChunkKeys, key_base, value_base,
+                                                stages + ((c + 1) & 1) * Config::kStageBytes);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const uint32_t key_tile = stages + (c & 1) * Config::kStageBytes;
+    const int key0 = c * kChunkKeys;
+
+    float s[kChunkKeys / 8][4];
+    chunk_scores<T, kHeadDim, kChunkKeys>(query_tile, warp, key_tile, lane, s);
+    const bool needs_mask = key0 + kChunkKeys > unmasked_keys;
+#pragma unroll
+    for (int j = 0; j < kChunkKeys / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        bool visible = rows[e >> 1].query >= 0;
+        if (needs_mask) {
+          const int v = key0 + 8 * j + 2 * quad_col + (e & 1);
+          int position = v;
+          if constexpr (kKeys == PrefillKeys::Selected) position = v < keys.n_selected ? -1 : q0 + v - keys.n_selected;
+          visible = visible && v < keys.total && position <= rows[e >> 1].query;
+        }
+        s[j][e] = visible ? s[j][e] * p.scale_log2 : -INFINITY;
+      }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float chunk_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kChunkKeys / 8; ++j) chunk_max = fmaxf(chunk_max, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+      chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 1));
+      chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 2));
+      const float new_max = fmaxf(state[r].max, chunk_max);
+      const float reference = SoftmaxState::finite_max(new_max);
+      const float rescale = exp2f(state[r].max - reference);
+      state[r].max = new_max;
+      float chunk_sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kChunkKeys / 8; ++j)
+#pragma unroll
+        for (int e = 2 * r; e < 2 * r + 2; ++e) {
+          s[j][e] = exp2f(s[j][e] - reference);
+          chunk_sum += s[j][e];
+        }
+      state[r].sum = state[r].sum * rescale + chunk_sum;
+      if constexpr (kReadValues) {
+#pragma unroll
+        for (int j = 0; j < kHeadDim / 8; ++j) {
+          out[j][2 * r] *= rescale;
+          out[j][2 * r + 1] *= rescale;
+        }
+      }
+    }
+
+    if constexpr (kReadValues) {
+      const uint32_t value_tile = key_tile + Config::kTileBytes;
+#pragma unroll
+      for (int k_step = 0; k_step < kChunkKeys / 16; ++k_step) {
+        uint32_t pa[4];
+        pa[0] = ElementTraits<T>::pack2(s[2 * k_step][0], s[2 * k_step][1]);
+        pa[1] = ElementTraits<T>::pack2(s[2 * k_step][2], s[2 * k_step][3]);
+        pa[2] = ElementTraits<T>::pack2(s[2 * k_step + 1][0], s[2 * k_step + 1][1]);
+        pa[3] = ElementTraits<T>::pack2(s[2 * k_step + 1][2], s[2 * k_step + 1][3]);
+#pragma unroll
+        for (int pair = 0; pair < kHeadDim / 16; ++pair) {
+          uint32_t bv[4];
+          load_value_fragments<kHeadDim>(value_tile, k_step * 16, pair, lane, bv);
+          mma_16816<T>(out[2 * pair], pa, bv[0], bv[1]);
+          mma_16816<T>(out[2 * pair + 1], pa, bv[2], bv[3]);
+        }
+      }
+    }
+    __syncthreads();  // the stage is refilled by the next iteration's copies
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    state[r].sum += __shfl_xor_sync(0xffffffffu, state[r].sum, 1);
+    state[r].sum += __shfl_xor_sync(0xffffffffu, state[r].sum, 2);
+    const RowInfo& info = rows[r];
+    if (info.query < 0) continue;
+    const float lse2 = state[r].log2_sum_exp();
+    if (p.lse && quad_col == 0) p.lse[(int64_t(b) * p.n_heads + info.head) * p.max_seq_len + info.query] = lse2 * kLn2;
+    if constexpr (kReadValues) {
+      const float inverse = state[r].sum > 0.f ? 1.f / state[r].sum : 0.f;
+      T* out_row = static_cast<T*>(p.output) + ((int64_t(b) * p.max_seq_len + info.query) * p.n_heads + info.head) * kHeadDim;
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j) {
+        const uint32_t packed = ElementTraits<T>::pack2(out[j][2 * r] * inverse, out[j][2 * r + 1] * inverse);
+        *reinterpret_cast<uint32_t*>(out_row + 8 * j + 2 * quad_col) = packed;
+      }
+    }
+  }
+}
+
+constexpr int kSelectChunkKeys = 64;
+
+template <int kHeadDim>
+struct TileSelectConfig {
+  static constexpr int kTileBytes = kSelectChunkKeys * kHeadDim * 2;
+  static constexpr int kQueryBytes = kBlockRows * kHeadDim * 2;
+  static constexpr int kColumnBytes = kWarps * kSelectChunkKeys * 4;
+  static constexpr int kSharedBytes = kQueryBytes + 2 * kTileBytes + kColumnBytes;
+  static constexpr int kPiecesPerThread = kSelectChunkKeys * (kHeadDim / 8) / kThreads;
+};
+
+// Persistent blocks; each work item is one (sequence, KV head, tile) and
+// selects budget(s) of the keys [0, s) before the tile by pooled score.
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kThreads) tile_select_kernel(const TileSelectParams p) {
+  using Config = TileSelectConfig<kHeadDim>;
+  constexpr int kChunks = kHeadDim / 8;
+  extern __shared__ __align__(128) unsigned char shared[];
+  __shared__ RadixSelectShared<kThreads> select_shared;
+  __shared__ int work_item;
+  const uint32_t query_tile = shared_address(shared);
+  const uint32_t stages = query_tile + Config::kQueryBytes;
+  float* columns = reinterpret_cast<float*>(shared + Config::kQueryBytes + 2 * Config::kTileBytes);
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int quad_row = lane >> 2, quad_col = lane & 3;
+  const int max_tiles = (p.max_seq_len + p.tile - 1) / p.tile;
+  const int items = max_tiles * p.batch * p.n_kv_heads;
+  float* slot = p.slots + int64_t(blockIdx.x) * p.max_seq_len;
+
+  while (true) {
+    if (threadIdx.x == 0) work_item = atomicAdd(p.work_counter, 1);
+    __syncthreads();
+    const int item = work_item;
+    __syncthreads();
+    if (item >= items) return;
+    const int t = max_tiles - 1 - item / (p.batch * p.n_kv_heads);
+    const int b = (item % (p.batch * p.n_kv_heads)) / p.n_kv_heads;
+    const int kv_head = item % p.n_kv_heads;
+    const int seq_len = p.seq_lens[b];
+    const int s = t * p.tile;
+    if (s >= seq_len || s == 0) continue;
+    const int k = static_cast<int>(p.tile_offsets[t + 1] - p.tile_offsets[t]);
+    int* out = p.indices + (int64_t(b) * p.n_kv_heads + kv_head) * p.per_head + p.tile_offsets[t];
+    if (k >= s) {  // dense tile: every earlier key
+      for (int i = threadIdx.x; i < s; i += kThreads) out[i] = i;
+      continue;
+    }
+    const int block_queries = min(p.tile, seq_len - s);
+    const T* key_base = static_cast<const T*>(p.keys) + (int64_t(b) * p.n_kv_heads + kv_head) * p.kv_head_stride;
+    const int n_chunks = (s + kSelectChunkKeys - 1) / kSelectChunkKeys;
+    const int row_blocks = (block_queries * p.group + kBlockRows - 1) / kBlockRows;
+
+    for (int row_block = 0; row_block < row_blocks; ++row_block) {
+      const int row_base = row_block * kBlockRows;
+      load_query_rows<T, kHeadDim>(static_cast<const T*>(p.queries), b, p.max_seq_len, p.n_heads, s, block_queries,
+                                   p.group, kv_head, seq_len, row_base, query_tile);
+      float row_lse2[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const RowInfo info = row_info(row_base + warp * 16 + quad_row + 8 * r, s, block_queries, p.group, kv_head,
+                                      seq_len);
+        // Padding rows get lse +inf: their probabilities are 0.
+        row_lse2[r] = info.query >= 0
+                          ? p.lse[(int64_t(b) * p.n_heads + info.head) * p.max_seq_len + info.query] * kLog2e
+                          : INFINITY;
+      }
+      auto issue = [&](int c) {
+        const uint32_t stage = stages + (c & 1) * Config::kTileBytes;
+#pragma unroll
+        for (int e = 0; e < Config::kPiecesPerThread; ++e) {
+          const int piece = threadIdx.x + kThreads * e;
+          const int row = piece / kChunks, chunk = piece % kChunks;
+          const int key = c * kSelectChunkKeys + row;
+          const bool valid = key < s;
+          cp_async_16(stage + SwizzledTile<kHeadDim>::offset(row, chunk),
+                      key_base + (valid ? int64_t(key) * kHeadDim + chunk * 8 : 0), valid);
+        }
+        cp_async_commit();
+      };
+      issue(0);
+      for (int c = 0; c < n_chunks; ++c) {
+        if (c + 1 < n_chunks) {
+          issue(c + 1);
+          cp_async_wait<1>();
+        } else {
+          cp_async_wait<0>();
+        }
+        __syncthreads();
+        float scores[kSelectChunkKeys / 8][4];
+        chunk_scores<T, kHeadDim, kSelectChunkKeys>(query_tile, warp, stages + (c & 1) * Config::kTileBytes, lane,
+                                                    scores);
+        // Column sums of the probabilities over the warp's 16 rows.
+#pragma unroll
+        for (int j = 0; j < kSelectChunkKeys / 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float column = exp2f(scores[j][e] * p.scale_log2 - row_lse2[0]) +
+                           exp2f(scores[j][e + 2] * p.scale_log2 - row_lse2[1]);
+            column += __shfl_xor_sync(0xffffffffu, column, 4);
+            column += __shfl_xor_sync(0xffffffffu, column, 8);
+            column += __shfl_xor_sync(0xffffffffu, column, 16);
+            if (quad_row == 0) columns[warp * kSelectChunkKeys + 8 * j + 2 * quad_col + e] = column;
+          }
+        }
+        __syncthreads();
+        if (threadIdx.x < kSelectChunkKeys) {
+          const int key = c * kSelectChunkKeys + threadIdx.x;
+          float total = 0.f;
+#pragma unroll
+          for (int w = 0; w < kWarps; ++w) total += columns[w * kSelectChunkKeys + threadIdx.x];
+          if (key < s) slot[key] = row_block == 0 ? total : slot[key] + total;
+        }
+        // The next iteration's barrier orders these reads before the next writes.
+      }
+      __syncthreads();
+    }
+    select_top_k_block<kThreads>(slot, s, k, out, select_shared);
+  }
+}
+
+// A kernel instance with its shared-memory size and occupancy, configured
+// once (the dynamic shared-memory limit is raised on first use).
+struct KernelInfo {
+  const void* kernel = nullptr;
+  int shared_bytes = 0;
+  int blocks_per_sm = 1;
+};
+
+KernelInfo configure(const void* kernel, int shared_bytes, const char* name) {
+  KernelInfo made{kernel, shared_bytes, 1};
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes), name);
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&made.blocks_per_sm, kernel, kThreads, shared_bytes), name);
+  if (made.blocks_per_sm < 1) made.blocks_per_sm = 1;
+  return made;
+}
+
+template <typename T, int kHeadDim, PrefillKeys kKeys, PrefillMode kMode>
+const KernelInfo& prefill_kernel_info() {
+  static const KernelInfo info =
+      configure(reinterpret_cast<const void*>(&prefill_attention_kernel<T, kHeadDim, kKeys, kMode>),
+                PrefillConfig<kHeadDim, kMode == PrefillMode::Attend>::kSharedBytes, "configure prefill_attention_kernel");
+  return info;
+}
+
+template <typename T, int kHeadDim>
+const KernelInfo& prefill_kernel_for_dim(PrefillKeys keys, PrefillMode mode) {
+  if (mode == PrefillMode::LseOnly) {
+    if (keys != PrefillKeys::Causal) unsupported("prefill mode (LSE of a selected-key pass)", int(keys));
+    return prefill_kernel_info<T, kHeadDim, PrefillKeys::Causal, PrefillMode::LseOnly>();
+  }
+  return keys == PrefillKeys::Causal ? prefill_kernel_info<T, kHeadDim, PrefillKeys::Causal, PrefillMode::Attend>()
+                                     : prefill_kernel_info<T, kHeadDim, PrefillKeys::Selected, PrefillMode::Attend>();
+}
+
+template <typename T>
+const KernelInfo& prefill_kernel_for_type(int head_dim, PrefillKeys keys, PrefillMode mode) {
+  switch (head_dim) {
+    case 64: return prefill_kernel_for_dim<T, 64>(keys, mode);
+    case 128: return prefill_kernel_for_dim<T, 128>(keys, mode);
+    case 256: return prefill_kernel_for_dim<T, 256>(keys, mode);
+  }
+  unsupported("head_dim", head_dim);
+}
+
+template <typename T, int kHeadDim>
+const KernelInfo& tile_select_kernel_info() {
+  static const KernelInfo info = configure(reinterpret_cast<const void*>(&tile_select_kernel<T, kHeadDim>),
+                                           TileSelectConfig<kHeadDim>::kSharedBytes, "configure tile_select_kernel");
+  return info;
+}
+
+template <typename T>
+const KernelInfo& tile_select_kernel_for_type(int head_dim) {
+  switch (head_dim) {
+    case 64: return tile_select_kernel_info<T, 64>();
+    case 128: return tile_select_kernel_info<T, 128>();
+    case 256: return tile_select_kernel_info<T, 256>();
+  }
+  unsupported("head_dim", head_dim);
+}
+
+const KernelInfo& tile_select_kernel_for(DType dtype, int head_dim) {
+  return dtype == DType::F16 ? tile_select_kernel_for_type<__half>(head_dim)
+                             : tile_select_kernel_for_type<__nv_bfloat16>(head_dim);
+}
+
+}  // namespace
+
+void launch_prefill_attention(const PrefillParams& params, DType dtype, int head_dim, PrefillKeys keys,
+                              PrefillMode mode, cudaStream_t stream) {
+  const KernelInfo& info = dtype == DType::F16 ? prefill_kernel_for_type<__half>(head_dim, keys, mode)
+                                               : prefill_kernel_for_type<__nv_bfloat16>(head_dim, keys, mode);
+  const int query_blocks = (params.max_seq_len + params.block_queries - 1) / params.block_queries;
+  const dim3 grid(params.n_kv_heads * params.row_blocks, query_blocks, params.batch);
+  void* arguments[] = {const_cast<PrefillParams*>(&params)};
+  check_cuda(cudaLaunchKernel(info.kernel, grid, dim3(kThreads), arguments, info.shared_bytes, stream),
+             "launch prefill_attention_kernel");
+}
+
+int tile_select_blocks_per_sm(DType dtype, int head_dim) { return tile_select_kernel_for(dtype, head_dim).blocks_per_sm; }
+
+void launch_tile_select(const TileSelectParams& params, DType dtype, int head_dim, int n_blocks, cudaStream_t stream) {
+  const KernelInfo& info = tile_select_kernel_for(dtype, head_dim);
+  check_cuda(cudaMemsetAsync(params.work_counter, 0, sizeof(int), stream), "cudaMemsetAsync(work counter)");
+  void* arguments[] = {const_cast<TileSelectParams*>(&params)};
+  check_cuda(cudaLaunchKernel(info.kernel, dim3(n_blocks), dim3(kThreads), arguments, info.shared_bytes, stream),
+             "launch tile_select_kernel");
+}
+
+}  // namespace kascade::cuda::detail

@@ -1,0 +1,552 @@
+// GPU test of the CUDA attention kernels against the CPU reference
+// (attention/kascade_ops.h). Needs a Hopper GPU; CI never runs it
+// (bench/cuda/run_device.sh does). Fresh random inputs every run (the seed is
+// printed), lengths off every tile grid, outputs poisoned before each call.
+//
+// Checks, per KASCADE.md and issue 5:
+//  - outputs: relative error ||gpu - ref|| / ||ref|| <= 1e-2 against the fp32
+//    CPU reference on the same (rounded) inputs; every element written;
+//  - index sets: the mass they capture (pooled post-softmax scores, CPU) is at
+//    least the CPU set's mass minus 1e-3, and every index that differs from
+//    the CPU set is a near-tie of the k-th score (float round-off only);
+//  - top_k: exactly equal to select_top_k, on inputs full of ties;
+//  - budget: budget_keys equals attention::budget.
+// Exit status 0 only when every check passes.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attention/kascade_ops.h"
+#include "core/half.h"
+#include "cuda/kascade_cuda.h"
+
+namespace kc = kascade::cuda;
+namespace ka = kascade::attention;
+
+namespace {
+
+int failures = 0;
+
+void expect(bool ok, const std::string& what) {
+  std::printf("%s %s\n", ok ? "PASS" : "FAIL", what.c_str());
+  if (!ok) ++failures;
+}
+
+void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    std::printf("FAIL cuda: %s: %s\n", what, cudaGetErrorString(status));
+    std::exit(1);
+  }
+}
+
+std::mt19937_64 rng;
+
+// Device buffer of T with host mirror helpers.
+template <typename T>
+struct DeviceBuffer {
+  T* data = nullptr;
+  size_t count = 0;
+  explicit DeviceBuffer(size_t n) : count(n) {
+    void* pointer = nullptr;
+    check_cuda(cudaMalloc(&pointer, std::max<size_t>(n, 1) * sizeof(T)), "cudaMalloc");
+    data = static_cast<T*>(pointer);
+  }
+  ~DeviceBuffer() { cudaFree(data); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  void upload(const std::vector<T>& host) { check_cuda(cudaMemcpy(data, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload"); }
+  std::vector<T> download() const {
+    std::vector<T> host(count);
+    check_cuda(cudaMemcpy(host.data(), data, count * sizeof(T), cudaMemcpyDeviceToHost), "download");
+    return host;
+  }
+  void poison() { check_cuda(cudaMemset(data, 0xff, count * sizeof(T)), "poison"); }
+};
+
+// Random values rounded to the element type: bits for the GPU, exact fp32 for the CPU.
+struct Tensor16 {
+  std::vector<uint16_t> bits;
+  std::vector<float> values;
+};
+
+uint16_t to_bits(float x, bool bf16) { return bf16 ? kascade::fp32_to_bf16(x) : kascade::fp32_to_fp16(x); }
+float from_bits(uint16_t b, bool bf16) { return bf16 ? kascade::bf16_to_fp32(b) : kascade::fp16_to_fp32(b); }
+
+Tensor16 random_tensor(size_t n, bool bf16, float scale) {
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  Tensor16 t;
+  t.bits.resize(n);
+  t.values.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    t.bits[i] = to_bits(dist(rng), bf16);
+    t.values[i] = from_bits(t.bits[i], bf16);
+  }
+  return t;
+}
+
+// Relative L2 error over a set of rows, plus a poison check.
+struct ErrorMeter {
+  double diff = 0, norm = 0;
+  int64_t unwritten = 0;
+  void add(float gpu, float ref) {
+    if (!std::isfinite(gpu)) {
+      ++unwritten;
+      return;
+    }
+    diff += double(gpu - ref) * (gpu - ref);
+    norm += double(ref) * ref;
+  }
+  double relative() const { return std::sqrt(diff / std::max(norm, 1e-30)); }
+  bool ok(double tolerance) const { return unwritten == 0 && relative() <= tolerance; }
+  std::string describe() const {
+    char text[96];
+    std::snprintf(text, sizeof text, "rel err %.2e, non-finite %lld", relative(), static_cast<long long>(unwritten));
+    return text;
+  }
+};
+
+// Compares a GPU index set with the CPU one by captured pooled mass.
+struct SelectionMeter {
+  int64_t sets = 0, exact = 0, bad_ties = 0, short_mass = 0, malformed = 0;
+  double worst_deficit = 0;
+  // pooled: CPU pooled scores over the candidates; norm: the number of rows pooled.
+  void add(std::span<const int32_t> gpu, std::span<const int32_t> cpu, const std::vector<float>& pooled, double norm) {
+    ++sets;
+    std::vector<int32_t> sorted_gpu(gpu.begin(), gpu.end());
+    bool ascending = std::is_sorted(sorted_gpu.begin(), sorted_gpu.end()) &&
+                     std::adjacent_find(sorted_gpu.begin(), sorted_gpu.end()) == sorted_gpu.end();
+    for (int32_t j : sorted_gpu) ascending = ascending && j >= 0 && j < int64_t(pooled.size());
+    if (!ascending || gpu.size() != cpu.size()) {
+      ++malformed;
+      return;
+    }
+    if (std::equal(gpu.begin(), gpu.end(), cpu.begin())) {
+      ++exact;
+      return;
+    }
+    double gpu_mass = 0, cpu_mass = 0;
+    for (int32_t j : gpu) gpu_mass += pooled[j];
+    for (int32_t j : cpu) cpu_mass += pooled[j];
+    const double deficit = (cpu_mass - gpu_mass) / norm;
+    worst_deficit = std::max(worst_deficit, deficit);
+    if (deficit > 1e-3) ++short_mass;
+    // Every differing index must sit at the selection boundary (a near-tie).
+    float kth = pooled[cpu[0]];
+    for (int32_t j : cpu) kth = std::min(kth, pooled[j]);
+    std::set<int32_t> in_cpu(cpu.begin(), cpu.end()), in_gpu(gpu.begin(), gpu.end());
+    for (int32_t j : gpu)
+      if (!in_cpu.count(j) && std::fabs(pooled[j] - kth) > 1e-4f * kth + 1e-7f) ++bad_ties;
+    for (int32_t j : cpu)
+      if (!in_gpu.count(j) && std::fabs(pooled[j] - kth) > 1e-4f * kth + 1e-7f) ++bad_ties;
+  }
+  bool ok() const { return malformed == 0 && short_mass == 0 && bad_ties == 0; }
+  std::string describe() const {
+    char text[160];
+    std::snprintf(text, sizeof text, "%lld sets, %lld identical, worst mass deficit %.1e, non-tie differences %lld, malformed %lld",
+                  static_cast<long long>(sets), static_cast<long long>(exact), worst_deficit,
+                  static_cast<long long>(bad_ties), static_cast<long long>(malformed));
+    return text;
+  }
+};
+
+struct Problem {
+  bool bf16;
+  int n_heads, n_kv_heads, head_dim;
+  std::vector<int> lens;
+  std::string name() const {
+    char text[128];
+    std::snprintf(text, sizeof text, "%s H=%d G=%d d=%d lens=", bf16 ? "bf16" : "f16", n_heads, n_kv_heads, head_dim);
+    std::string s = text;
+    for (size_t i = 0; i < lens.size(); ++i) s += (i ? "," : "") + std::to_string(lens[i]);
+    return s;
+  }
+  int batch() const { return int(lens.size()); }
+  int group() const { return n_heads / n_kv_heads; }
+  int max_len() const { return *std::max_element(lens.begin(), lens.end()); }
+};
+
+// The KV cache, [batch][G][capacity][d], on both sides.
+struct Cache {
+  int64_t capacity;
+  Tensor16 keys, values;
+  DeviceBuffer<uint16_t> device_keys, device_values;
+  DeviceBuffer<int> seq_lens;
+  Cache(const Problem& p)
+      : capacity(p.max_len() + 3),
+        keys(random_tensor(size_t(p.batch()) * p.n_kv_heads * capacity * p.head_dim, p.bf16, 1.f)),
+        values(random_tensor(keys.values.size(), p.bf16, 1.f)),
+        device_keys(keys.bits.size()),
+        device_values(values.bits.size()),
+        seq_lens(p.lens.size()) {
+    device_keys.upload(keys.bits);
+    device_values.upload(values.bits);
+    seq_lens.upload(p.lens);
+  }
+  int64_t head_offset(const Problem& p, int b, int h) const { return ((int64_t(b) * p.n_kv_heads + h) * capacity) * p.head_dim; }
+  ka::KeyValueRows rows(const Problem& p, int b, int h) const {
+    return {keys.values.data() + head_offset(p, b, h), values.values.data() + head_offset(p, b, h), p.head_dim};
+  }
+};
+
+kc::AttentionArgs make_args(const Problem& p, const Cache& cache, const void* queries, void* output) {
+  kc::AttentionArgs args;
+  args.dtype = p.bf16 ? kc::DType::BF16 : kc::DType::F16;
+  args.batch = p.batch();
+  args.n_heads = p.n_heads;
+  args.n_kv_heads = p.n_kv_heads;
+  args.head_dim = p.head_dim;
+  args.queries = queries;
+  args.keys = cache.device_keys.data;
+  args.values = cache.device_values.data;
+  args.capacity = cache.capacity;
+  args.seq_lens = cache.seq_lens.data;
+  args.max_seq_len = p.max_len();
+  args.output = output;
+  return args;
+}
+
+// CPU pooled post-softmax scores of `rows` over candidates [0, n).
+std::vector<float> cpu_pooled(const ka::GroupQueries& rows, const float* keys, int d, int64_t n) {
+  std::vector<float> lse(rows.n_rows());
+  ka::row_lse(rows, keys, d, d, lse.data());
+  std::vector<float> pooled(n, 0.f);
+  ka::pool_scores(rows, keys, d, d, lse.data(), n, ka::Pooling::PostSoftmax, pooled.data());
+  return pooled;
+}
+
+std::vector<int> random_head_map(int n_kv_heads) {
+  std::vector<int> map(n_kv_heads);
+  for (int h = 0; h < n_kv_heads; ++h) map[h] = int(rng() % n_kv_heads);  // need not be a permutation
+  return map;
+}
+
+void test_decode(const Problem& p, const kc::Budget& budget) {
+  const std::string name = "decode " + p.name();
+  Cache cache(p);
+  const int d = p.head_dim, g = p.group();
+  const Tensor16 queries = random_tensor(size_t(p.batch()) * p.n_heads * d, p.bf16, 1.f);
+  DeviceBuffer<uint16_t> device_queries(queries.bits.size()), output(queries.bits.size());
+  device_queries.upload(queries.bits);
+  DeviceBuffer<float> lse(size_t(p.batch()) * p.n_heads);
+  kc::AttentionArgs args = make_args(p, cache, device_queries.data, output.data);
+  kc::Workspace workspace;
+
+  auto group_queries = [&](int b, int h) {
+    ka::GroupQueries rows;
+    rows.data = queries.values.data() + (int64_t(b) * p.n_heads + h * g) * d;
+    rows.n_positions = 1;
+    rows.group = g;
+    rows.position_stride = int64_t(p.n_heads) * d;
+    rows.head_stride = d;
+    rows.first_position = p.lens[b] - 1;
+    return rows;
+  };
+  auto reference = [&](int b, int h, const std::vector<int32_t>* indices) {
+    std::vector<float> out(size_t(g) * d);
+    ka::GroupOutput target{out.data(), int64_t(g) * d, d};
+    if (indices) {
+      ka::sparse_attention(group_queries(b, h), cache.rows(p, b, h), d, *indices, false, target);
+    } else {
+      ka::dense_attention(group_queries(b, h), cache.rows(p, b, h), d, target);
+    }
+    return out;
+  };
+  auto compare = [&](const std::vector<uint16_t>& gpu, int b, int h, const std::vector<float>& ref, ErrorMeter& meter) {
+    for (int i = 0; i < g * d; ++i) meter.add(from_bits(gpu[(int64_t(b) * p.n_heads + h * g) * d + i], p.bf16), ref[i]);
+  };
+
+  // Dense.
+  output.poison();
+  lse.poison();
+  kc::dense_decode(args, lse.data, workspace, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "dense_decode");
+  {
+    const std::vector<uint16_t> gpu = output.download();
+    const std::vector<float> gpu_lse = lse.download();
+    ErrorMeter meter;
+    double worst_lse = 0;
+    for (int b = 0; b < p.batch(); ++b)
+      for (int h = 0; h < p.n_kv_heads; ++h) {
+        compare(gpu, b, h, reference(b, h, nullptr), meter);
+        std::vector<float> cpu_lse(g);
+        ka::row_lse(group_queries(b, h), cache.rows(p, b, h).keys, d, d, cpu_lse.data());
+        for (int r = 0; r < g; ++r) {
+          const float value = gpu_lse[int64_t(b) * p.n_heads + h * g + r];
+          worst_lse = std::isfinite(value) ? std::max(worst_lse, double(std::fabs(value - cpu_lse[r]))) : INFINITY;
+        }
+      }
+    expect(meter.ok(1e-2), name + " dense output: " + meter.describe());
+    expect(worst_lse <= 2e-3, name + " dense LSE: worst abs err " + std::to_string(worst_lse));
+  }
+
+  // Anchor (sparse output, then layer-0 style dense output) and reuse.
+  const int64_t max_keys = kc::budget_keys(budget, p.max_len());
+  DeviceBuffer<int> indices(size_t(p.batch()) * p.n_kv_heads * max_keys), counts(p.batch());
+  kc::DecodeIndexSets sets{indices.data, counts.data, max_keys};
+  ka::SelectionRule rule;
+  rule.percent = budget.percent;
+  rule.min_k = budget.min_keys;
+  for (bool dense_output : {false, true}) {
+    const std::string label = name + (dense_output ? " anchor(layer 0)" : " anchor");
+    output.poison();
+    indices.poison();
+    kc::anchor_decode(args, budget, dense_output, sets, workspace, nullptr);
+    check_cuda(cudaDeviceSynchronize(), "anchor_decode");
+    const std::vector<uint16_t> gpu = output.download();
+    const std::vector<int> gpu_indices = indices.download();
+    const std::vector<int> gpu_counts = counts.download();
+    SelectionMeter selection;
+    ErrorMeter meter;
+    bool counts_ok = true;
+    for (int b = 0; b < p.batch(); ++b) {
+      const int64_t n = p.lens[b];
+      counts_ok = counts_ok && gpu_counts[b] == ka::budget(n, budget.percent, budget.min_keys);
+      for (int h = 0; h < p.n_kv_heads; ++h) {
+        std::vector<int32_t> cpu_set(rule.count(n));
+        ka::anchor_decode(group_queries(b, h), cache.rows(p, b, h).keys, d, d, rule, cpu_set.data());
+        const int* first = gpu_indices.data() + (int64_t(b) * p.n_kv_heads + h) * max_keys;
+        std::vector<int32_t> gpu_set(first, first + std::min<int64_t>(gpu_counts[b], max_keys));
+        selection.add(gpu_set, cpu_set, cpu_pooled(group_queries(b, h), cache.rows(p, b, h).keys, d, n), g);
+        compare(gpu, b, h, reference(b, h, dense_output ? nullptr : &gpu_set), meter);
+      }
+    }
+    expect(counts_ok, label + " counts equal budget(N)");
+    expect(selection.ok(), label + " selection: " + selection.describe());
+    expect(meter.ok(1e-2), label + " output: " + meter.describe());
+  }
+
+  // Reuse through a head map, over the anchor's (GPU) sets.
+  const std::vector<int> map = random_head_map(p.n_kv_heads);
+  DeviceBuffer<int> device_map(map.size());
+  device_map.upload(map);
+  output.poison();
+  kc::reuse_decode(args, sets, device_map.data, workspace, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "reuse_decode");
+  {
+    const std::vector<uint16_t> gpu = output.download();
+    const std::vector<int> gpu_indices = indices.download();
+    const std::vector<int> gpu_counts = counts.download();
+    ErrorMeter meter;
+    for (int b = 0; b < p.batch(); ++b)
+      for (int h = 0; h < p.n_kv_heads; ++h) {
+        const int* first = gpu_indices.data() + (int64_t(b) * p.n_kv_heads + map[h]) * max_keys;
+        const std::vector<int32_t> set(first, first + gpu_counts[b]);
+        compare(gpu, b, h, reference(b, h, &set), meter);
+      }
+    expect(meter.ok(1e-2), name + " reuse (head map) output: " + meter.describe());
+  }
+}
+
+void test_prefill(const Problem& p, const kc::Budget& budget, int tile) {
+  const std::string name = "prefill T=" + std::to_string(tile) + " " + p.name();
+  Cache cache(p);
+  const int d = p.head_dim, g = p.group(), max_len = p.max_len();
+  // Queries [batch][max_len][H][d]; keys of position q are the cache rows (self-attention).
+  const Tensor16 queries = random_tensor(size_t(p.batch()) * max_len * p.n_heads * d, p.bf16, 1.f);
+  DeviceBuffer<uint16_t> device_queries(queries.bits.size()), output(queries.bits.size());
+  device_queries.upload(queries.bits);
+  DeviceBuffer<float> lse(size_t(p.batch()) * p.n_heads * max_len);
+  kc::AttentionArgs args = make_args(p, cache, device_queries.data, output.data);
+  kc::Workspace workspace;
+
+  auto group_queries = [&](int b, int h, int64_t first, int64_t count) {
+    ka::GroupQueries rows;
+    rows.data = queries.values.data() + ((int64_t(b) * max_len + first) * p.n_heads + h * g) * d;
+    rows.n_positions = count;
+    rows.group = g;
+    rows.position_stride = int64_t(p.n_heads) * d;
+    rows.head_stride = d;
+    rows.first_position = first;
+    return rows;
+  };
+  auto compare_rows = [&](const std::vector<uint16_t>& gpu, int b, int h, int64_t first, int64_t count,
+                          const std::vector<float>& ref, ErrorMeter& meter) {
+    for (int64_t t = 0; t < count; ++t)
+      for (int r = 0; r < g; ++r)
+        for (int i = 0; i < d; ++i)
+          meter.add(from_bits(gpu[((int64_t(b) * max_len + first + t) * p.n_heads + h * g + r) * d + i], p.bf16),
+                    ref[(t * g + r) * d + i]);
+  };
+  auto dense_reference = [&](int b, int h) {
+    std::vector<float> out(size_t(p.lens[b]) * g * d);
+    ka::dense_attention(group_queries(b, h, 0, p.lens[b]), cache.rows(p, b, h), d, {out.data(), int64_t(g) * d, d});
+    return out;
+  };
+
+  output.poison();
+  lse.poison();
+  kc::dense_prefill(args, lse.data, workspace, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "dense_prefill");
+  {
+    const std::vector<uint16_t> gpu = output.download();
+    const std::vector<float> gpu_lse = lse.download();
+    ErrorMeter meter;
+    double worst_lse = 0;
+    for (int b = 0; b < p.batch(); ++b)
+      for (int h = 0; h < p.n_kv_heads; ++h) {
+        compare_rows(gpu, b, h, 0, p.lens[b], dense_reference(b, h), meter);
+        std::vector<float> cpu_lse(size_t(p.lens[b]) * g);
+        ka::row_lse(group_queries(b, h, 0, p.lens[b]), cache.rows(p, b, h).keys, d, d, cpu_lse.data());
+        for (int64_t t = 0; t < p.lens[b]; ++t)
+          for (int r = 0; r < g; ++r) {
+            const float value = gpu_lse[(int64_t(b) * p.n_heads + h * g + r) * max_len + t];
+            worst_lse = std::isfinite(value) ? std::max(worst_lse, double(std::fabs(value - cpu_lse[t * g + r]))) : INFINITY;
+          }
+      }
+    expect(meter.ok(1e-2), name + " dense output: " + meter.describe());
+    expect(worst_lse <= 2e-3, name + " dense LSE: worst abs err " + std::to_string(worst_lse));
+  }
+
+  const kc::PrefillIndexLayout layout = kc::prefill_index_layout(max_len, tile, budget);
+  DeviceBuffer<int> indices(size_t(p.batch()) * p.n_kv_heads * layout.per_head());
+  DeviceBuffer<int64_t> offsets(layout.offsets.size());
+  offsets.upload(layout.offsets);
+  kc::PrefillIndexSets sets{indices.data, offsets.data, layout.per_head(), tile};
+  ka::SelectionRule rule;
+  rule.percent = budget.percent;
+  rule.min_k = budget.min_keys;
+  std::vector<int> gpu_indices;
+  for (bool dense_output : {false, true}) {
+    const std::string label = name + (dense_output ? " anchor(layer 0)" : " anchor");
+    output.poison();
+    indices.poison();
+    kc::anchor_prefill(args, budget, dense_output, sets, workspace, nullptr);
+    check_cuda(cudaDeviceSynchronize(), "anchor_prefill");
+    const std::vector<uint16_t> gpu = output.download();
+    gpu_indices = indices.download();
+    SelectionMeter selection;
+    ErrorMeter meter;
+    for (int b = 0; b < p.batch(); ++b)
+      for (int h = 0; h < p.n_kv_heads; ++h) {
+        const ka::TileIndexSets cpu = ka::anchor_prefill(group_queries(b, h, 0, p.lens[b]), cache.rows(p, b, h).keys, d,
+                                                         d, tile, rule);
+        const int* base = gpu_indices.data() + (int64_t(b) * p.n_kv_heads + h) * layout.per_head();
+        for (int64_t t = 0; t < cpu.n_sets(); ++t) {
+          const int64_t s = t * tile, count = std::min<int64_t>(tile, p.lens[b] - s);
+          const std::span<const int32_t> gpu_set(base + layout.offsets[t], size_t(layout.offsets[t + 1] - layout.offsets[t]));
+          if (s > 0) {
+            const ka::GroupQueries rows = group_queries(b, h, s, count);
+            selection.add(gpu_set, cpu.set(t), cpu_pooled(rows, cache.rows(p, b, h).keys, d, s), double(rows.n_rows()));
+          }
+          if (!dense_output) {
+            std::vector<float> ref(size_t(count) * g * d);
+            ka::sparse_attention(group_queries(b, h, s, count), cache.rows(p, b, h), d, gpu_set, true,
+                                 {ref.data(), int64_t(g) * d, d});
+            compare_rows(gpu, b, h, s, count, ref, meter);
+          }
+        }
+        if (dense_output) compare_rows(gpu, b, h, 0, p.lens[b], dense_reference(b, h), meter);
+      }
+    expect(selection.ok(), label + " selection: " + selection.describe());
+    expect(meter.ok(1e-2), label + " output: " + meter.describe());
+  }
+
+  const std::vector<int> map = random_head_map(p.n_kv_heads);
+  DeviceBuffer<int> device_map(map.size());
+  device_map.upload(map);
+  output.poison();
+  kc::reuse_prefill(args, sets, device_map.data, workspace, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "reuse_prefill");
+  {
+    const std::vector<uint16_t> gpu = output.download();
+    ErrorMeter meter;
+    for (int b = 0; b < p.batch(); ++b)
+      for (int h = 0; h < p.n_kv_heads; ++h) {
+        const int* base = gpu_indices.data() + (int64_t(b) * p.n_kv_heads + map[h]) * layout.per_head();
+        for (int64_t s = 0, t = 0; s < p.lens[b]; s += tile, ++t) {
+          const int64_t count = std::min<int64_t>(tile, p.lens[b] - s);
+          const std::span<const int32_t> set(base + layout.offsets[t], size_t(layout.offsets[t + 1] - layout.offsets[t]));
+          std::vector<float> ref(size_t(count) * g * d);
+          ka::sparse_attention(group_queries(b, h, s, count), cache.rows(p, b, h), d, set, true,
+                               {ref.data(), int64_t(g) * d, d});
+          compare_rows(gpu, b, h, s, count, ref, meter);
+        }
+      }
+    expect(meter.ok(1e-2), name + " reuse (head map) output: " + meter.describe());
+  }
+}
+
+// Standalone top-k on values with many ties (few distinct levels), negative
+// values and signed zeros; must equal select_top_k exactly.
+void test_top_k() {
+  const int rows = 7;
+  const std::vector<int> lengths = {1, 2, 100, 1000, 4097, 30000, 65536};
+  std::vector<int> ks;
+  int64_t stride = 0;
+  for (int n : lengths) stride = std::max<int64_t>(stride, n);
+  std::vector<float> values(size_t(rows) * stride, 0.f);
+  for (int r = 0; r < rows; ++r) {
+    const int levels = r % 2 ? 7 : 100000;
+    for (int i = 0; i < lengths[r]; ++i) {
+      const int level = int(rng() % levels) - levels / 2;
+      values[size_t(r) * stride + i] = level == 0 ? ((rng() & 1) ? 0.f : -0.f) : float(level) * 0.37f;
+    }
+    ks.push_back(int(rng() % (lengths[r] + 1)));
+  }
+  DeviceBuffer<float> device_values(values.size());
+  device_values.upload(values);
+  DeviceBuffer<int> device_lengths(rows), device_k(rows), out(size_t(rows) * stride);
+  device_lengths.upload(lengths);
+  device_k.upload(ks);
+  out.poison();
+  kc::top_k(device_values.data, stride, device_lengths.data, device_k.data, rows, out.data, stride, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "top_k");
+  const std::vector<int> gpu = out.download();
+  int mismatched = 0;
+  for (int r = 0; r < rows; ++r) {
+    std::vector<int32_t> cpu(ks[r]);
+    ka::select_top_k(values.data() + size_t(r) * stride, lengths[r], ks[r], cpu.data());
+    if (!std::equal(cpu.begin(), cpu.end(), gpu.begin() + size_t(r) * stride)) ++mismatched;
+  }
+  expect(mismatched == 0, "top_k with ties equals select_top_k exactly (" + std::to_string(rows - mismatched) + "/" +
+                              std::to_string(rows) + " rows)");
+}
+
+void test_budget() {
+  int mismatched = 0;
+  for (double percent : {10.0, 3.0, 12.5, 100.0})
+    for (int64_t min_keys : {0, 16, 128})
+      for (int64_t n = 0; n < 300000; n += 1 + n / 97) {
+        const kc::Budget budget{percent, min_keys};
+        if (kc::budget_keys(budget, n) != ka::budget(n, percent, min_keys)) ++mismatched;
+      }
+  expect(mismatched == 0, "budget_keys equals attention::budget");
+}
+
+}  // namespace
+
+int main() {
+  const uint64_t seed = std::chrono::high_resolution_clock::now().time_since_epoch().count();
+  rng.seed(seed);
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  try {
+    test_budget();
+    test_top_k();
+    const kc::Budget standard;  // 10%, min 128
+    const kc::Budget small{10.0, 16};
+    for (bool bf16 : {false, true}) {
+      test_decode({bf16, 32, 8, 128, {1000, 4097, 130, 77, 20000}}, standard);
+      test_prefill({bf16, 32, 8, 128, {1500, 777}}, standard, 32);
+    }
+    test_decode({false, 9, 3, 64, {3001, 129, 5}}, small);
+    test_decode({true, 8, 4, 256, {2500, 700}}, standard);
+    test_decode({false, 24, 1, 64, {1900, 333}}, small);  // g = 24: two head blocks
+    test_prefill({false, 9, 3, 64, {1333, 500}}, small, 16);
+    test_prefill({true, 9, 3, 64, {1100}}, small, 64);
+    test_prefill({false, 8, 4, 256, {900, 450}}, standard, 64);
+    test_prefill({true, 16, 1, 128, {1000}}, small, 32);  // 512-row tiles: four row blocks
+  } catch (const std::exception& error) {
+    std::printf("FAIL exception: %s\n", error.what());
+    return 1;
+  }
+  std::printf("%s: %d failure(s)\n", failures ? "FAILED" : "ALL PASSED", failures);
+  return failures ? 1 : 0;
+}
