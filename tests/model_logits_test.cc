@@ -107,7 +107,7 @@ TEST_P(LogitsParity, MatchesTransformers) {
   std::vector<int32_t> greedy;
   const float* last = &logits[size_t((n - 1) * vocab)];
   int32_t next = int32_t(std::max_element(last, last + vocab) - last);
-  std::vector<float> step_logits(size_t(vocab));
+  std::vector<float> step_logits(static_cast<size_t>(vocab));
   for (size_t i = 0; i < expected_greedy.size(); ++i) {
     greedy.push_back(next);
     const int32_t one[1] = {next};

@@ -20,34 +20,12 @@ namespace {
 
 constexpr int kBlock = 32;  // values per block of every legacy quant type
 
-// Activations quantized to int8 in blocks of 32, as the integer dot products
-// need them. scaled_sum = scale * sum(q) carries the offset terms of the
-// Q4_1/Q5_1 (min) and Q4_0/Q5_0 (zero point) encodings.
-struct ActivationBlock {
-  float scale;
-  float scaled_sum;
-  int8_t q[kBlock];
-};
-
-void quantize_activations(const float* x, int64_t n, ActivationBlock* blocks) {
-  for (int64_t b = 0; b < n / kBlock; ++b) {
-    const float* v = x + b * kBlock;
-    __m256 amax = _mm256_setzero_ps();
-    const __m256 sign_bit = _mm256_set1_ps(-0.0f);
-    for (int i = 0; i < kBlock; i += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_bit, _mm256_loadu_ps(v + i)));
-    const float max_abs = horizontal_max(amax);
-    const float scale = max_abs / 127.0f;
-    const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
-    int sum = 0;
-    for (int i = 0; i < kBlock; ++i) {
-      const int q = int(std::nearbyint(v[i] * inverse));
-      blocks[b].q[i] = int8_t(q);
-      sum += q;
-    }
-    blocks[b].scale = scale;
-    blocks[b].scaled_sum = scale * float(sum);
-  }
-}
+// Dot products of one quantized weight row with fp32 activations. The
+// weights are widened to fp32 in registers, so the result equals dequantizing
+// the row and taking an fp32 dot product (no activation rounding, unlike an
+// int8 x int8 product): decode then agrees with reference implementations
+// token for token. `block_sums` holds each 32-value block's activation sum,
+// which carries the zero point (Q4_0, Q5_0) and minimum (Q4_1, Q5_1) terms.
 
 // 16 bytes of packed nibbles -> 32 bytes: low nibbles are values 0..15,
 // high nibbles values 16..31 (the ggml order).
@@ -66,100 +44,91 @@ inline __m256i expand_high_bits(const uint8_t* packed_bits) {
   const __m256i shuffle = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
                                             0x0101010101010101, 0x0000000000000000);
   const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)), shuffle);
-  const __m256i bit_of_byte = _mm256_set1_epi64x(0x8040201008040201);
+  const __m256i bit_of_byte = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
   const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit_of_byte), bit_of_byte);
   return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
 }
 
-// Sum over 32 lanes of unsigned weight bytes times signed activation bytes, as 8 floats.
-inline __m256 dot_unsigned_signed(__m256i weights, __m256i activations) {
-  const __m256i pairs = _mm256_maddubs_epi16(weights, activations);
-  return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+// sum_j q[j] * x[j] over one block of 32 small integers (signed or unsigned bytes).
+template <bool kSigned>
+inline __m256 block_dot(__m256i q, const float* x) {
+  const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+  __m256 sum = _mm256_setzero_ps();
+  for (int h = 0; h < 2; ++h) {
+    const __m128i eight[2] = {halves[h], _mm_srli_si128(halves[h], 8)};
+    for (int e = 0; e < 2; ++e) {
+      const __m256i widened = kSigned ? _mm256_cvtepi8_epi32(eight[e]) : _mm256_cvtepu8_epi32(eight[e]);
+      sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(widened), _mm256_loadu_ps(x + 16 * h + 8 * e), sum);
+    }
+  }
+  return sum;
 }
 
-inline __m256i load_activations(const ActivationBlock& a) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q));
+inline float half_at(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return _cvtsh_ss(bits);  // F16C
 }
 
-// Dot products of one quantized weight row with one quantized activation
-// row. `offset` gathers the per-block constant terms so the vector loop
-// stays a single fused multiply-add per block.
-float dot_q4_0(const uint8_t* row, const ActivationBlock* a, int64_t n_blocks) {
+// Layouts (ggml): Q4_0 {d, qs[16]}, Q4_1 {d, m, qs[16]}, Q5_0 {d, qh[4], qs[16]},
+// Q5_1 {d, m, qh[4], qs[16]}, Q8_0 {d, qs[32]}; d and m fp16.
+float dot_q4_0(const uint8_t* row, const float* x, const float* block_sums, int64_t n_blocks) {
   __m256 acc = _mm256_setzero_ps();
   float offset = 0;
   for (int64_t b = 0; b < n_blocks; ++b, row += 18) {
-    uint16_t d_bits;
-    std::memcpy(&d_bits, row, 2);
-    const float d = fp16_to_fp32(d_bits);
-    const __m256 products = dot_unsigned_signed(unpack_nibbles(row + 2), load_activations(a[b]));
-    acc = _mm256_fmadd_ps(products, _mm256_set1_ps(d * a[b].scale), acc);
-    offset -= 8.0f * d * a[b].scaled_sum;
+    const float d = half_at(row);
+    acc = _mm256_fmadd_ps(block_dot<false>(unpack_nibbles(row + 2), x + b * kBlock), _mm256_set1_ps(d), acc);
+    offset -= 8.0f * d * block_sums[b];
   }
   return horizontal_sum(acc) + offset;
 }
 
-float dot_q4_1(const uint8_t* row, const ActivationBlock* a, int64_t n_blocks) {
+float dot_q4_1(const uint8_t* row, const float* x, const float* block_sums, int64_t n_blocks) {
   __m256 acc = _mm256_setzero_ps();
   float offset = 0;
   for (int64_t b = 0; b < n_blocks; ++b, row += 20) {
-    uint16_t d_bits, m_bits;
-    std::memcpy(&d_bits, row, 2);
-    std::memcpy(&m_bits, row + 2, 2);
-    const __m256 products = dot_unsigned_signed(unpack_nibbles(row + 4), load_activations(a[b]));
-    acc = _mm256_fmadd_ps(products, _mm256_set1_ps(fp16_to_fp32(d_bits) * a[b].scale), acc);
-    offset += fp16_to_fp32(m_bits) * a[b].scaled_sum;
+    acc = _mm256_fmadd_ps(block_dot<false>(unpack_nibbles(row + 4), x + b * kBlock), _mm256_set1_ps(half_at(row)),
+                          acc);
+    offset += half_at(row + 2) * block_sums[b];
   }
   return horizontal_sum(acc) + offset;
 }
 
-float dot_q5_0(const uint8_t* row, const ActivationBlock* a, int64_t n_blocks) {
+float dot_q5_0(const uint8_t* row, const float* x, const float* block_sums, int64_t n_blocks) {
   __m256 acc = _mm256_setzero_ps();
   float offset = 0;
   for (int64_t b = 0; b < n_blocks; ++b, row += 22) {
-    uint16_t d_bits;
-    std::memcpy(&d_bits, row, 2);
-    const float d = fp16_to_fp32(d_bits);
-    const __m256i weights = _mm256_or_si256(unpack_nibbles(row + 6), expand_high_bits(row + 2));
-    acc = _mm256_fmadd_ps(dot_unsigned_signed(weights, load_activations(a[b])),
-                          _mm256_set1_ps(d * a[b].scale), acc);
-    offset -= 16.0f * d * a[b].scaled_sum;
+    const float d = half_at(row);
+    const __m256i q = _mm256_or_si256(unpack_nibbles(row + 6), expand_high_bits(row + 2));
+    acc = _mm256_fmadd_ps(block_dot<false>(q, x + b * kBlock), _mm256_set1_ps(d), acc);
+    offset -= 16.0f * d * block_sums[b];
   }
   return horizontal_sum(acc) + offset;
 }
 
-float dot_q5_1(const uint8_t* row, const ActivationBlock* a, int64_t n_blocks) {
+float dot_q5_1(const uint8_t* row, const float* x, const float* block_sums, int64_t n_blocks) {
   __m256 acc = _mm256_setzero_ps();
   float offset = 0;
   for (int64_t b = 0; b < n_blocks; ++b, row += 24) {
-    uint16_t d_bits, m_bits;
-    std::memcpy(&d_bits, row, 2);
-    std::memcpy(&m_bits, row + 2, 2);
-    const __m256i weights = _mm256_or_si256(unpack_nibbles(row + 8), expand_high_bits(row + 4));
-    acc = _mm256_fmadd_ps(dot_unsigned_signed(weights, load_activations(a[b])),
-                          _mm256_set1_ps(fp16_to_fp32(d_bits) * a[b].scale), acc);
-    offset += fp16_to_fp32(m_bits) * a[b].scaled_sum;
+    const __m256i q = _mm256_or_si256(unpack_nibbles(row + 8), expand_high_bits(row + 4));
+    acc = _mm256_fmadd_ps(block_dot<false>(q, x + b * kBlock), _mm256_set1_ps(half_at(row)), acc);
+    offset += half_at(row + 2) * block_sums[b];
   }
   return horizontal_sum(acc) + offset;
 }
 
-float dot_q8_0(const uint8_t* row, const ActivationBlock* a, int64_t n_blocks) {
+float dot_q8_0(const uint8_t* row, const float* x, const float*, int64_t n_blocks) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b, row += 34) {
-    uint16_t d_bits;
-    std::memcpy(&d_bits, row, 2);
-    const __m256i weights = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2));
-    // maddubs needs an unsigned operand: move the weights' signs onto the activations.
-    const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(weights, weights),
-                                                   _mm256_sign_epi8(load_activations(a[b]), weights));
-    const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(products, _mm256_set1_epi16(1)));
-    acc = _mm256_fmadd_ps(sums, _mm256_set1_ps(fp16_to_fp32(d_bits) * a[b].scale), acc);
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2));
+    acc = _mm256_fmadd_ps(block_dot<true>(q, x + b * kBlock), _mm256_set1_ps(half_at(row)), acc);
   }
   return horizontal_sum(acc);
 }
 
-using IntegerDot = float (*)(const uint8_t*, const ActivationBlock*, int64_t);
+using BlockDot = float (*)(const uint8_t*, const float*, const float*, int64_t);
 
-IntegerDot integer_dot_for(TensorType type) {
+BlockDot block_dot_for(TensorType type) {
   switch (type) {
     case TensorType::Q4_0: return dot_q4_0;
     case TensorType::Q4_1: return dot_q4_1;
@@ -174,17 +143,21 @@ IntegerDot integer_dot_for(TensorType type) {
 // scheduling, small enough to balance two threads on the output projection.
 constexpr int64_t kRowsPerTask = 32;
 
-void matvec_integer(const Weight& w, IntegerDot dot, const float* in, int64_t n_tokens, float* out) {
+void matvec_blocks(const Weight& w, BlockDot dot, const float* in, int64_t n_tokens, float* out) {
   const int64_t n_blocks = w.cols / kBlock;
-  std::vector<ActivationBlock> activations(size_t(n_blocks * n_tokens));
-  for (int64_t t = 0; t < n_tokens; ++t) quantize_activations(in + t * w.cols, w.cols, &activations[t * n_blocks]);
+  std::vector<float> block_sums(static_cast<size_t>(n_blocks * n_tokens));
+  for (int64_t i = 0; i < n_blocks * n_tokens; ++i) {
+    float sum = 0;
+    for (int j = 0; j < kBlock; ++j) sum += in[i * kBlock + j];
+    block_sums[size_t(i)] = sum;
+  }
   const int64_t n_tasks = (w.rows + kRowsPerTask - 1) / kRowsPerTask;
 #pragma omp parallel for schedule(static)
   for (int64_t task = 0; task < n_tasks; ++task) {
     const int64_t end = std::min(w.rows, (task + 1) * kRowsPerTask);
     for (int64_t r = task * kRowsPerTask; r < end; ++r)
       for (int64_t t = 0; t < n_tokens; ++t)
-        out[t * w.rows + r] = dot(w.row(r), &activations[t * n_blocks], n_blocks);
+        out[t * w.rows + r] = dot(w.row(r), in + t * w.cols, &block_sums[size_t(t * n_blocks)], n_blocks);
   }
 }
 
@@ -238,8 +211,7 @@ void dequantize_weight_row(const Weight& w, int64_t r, float* out) {
 
 void matmul(const Weight& w, const float* in, int64_t n_tokens, float* out) {
   if (n_tokens >= kGemmMinTokens) return matmul_gemm(w, in, n_tokens, out);
-  if (IntegerDot dot = integer_dot_for(w.type); dot && w.cols % kBlock == 0)
-    return matvec_integer(w, dot, in, n_tokens, out);
+  if (BlockDot dot = block_dot_for(w.type)) return matvec_blocks(w, dot, in, n_tokens, out);
   matvec_float(w, in, n_tokens, out);
 }
 

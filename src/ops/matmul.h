@@ -2,10 +2,9 @@
 //
 // Weights stay in their file encoding. Two paths, chosen by the number of
 // tokens because their costs scale differently:
-//  - few tokens (decode): the activations are quantized to 8-bit blocks once
-//    and each weight row is dotted in integer SIMD straight from its
-//    quantized blocks, so each weight byte is read once per token and the
-//    step is bound by memory bandwidth;
+//  - few tokens (decode): each weight row is dotted straight from its
+//    quantized blocks, widened to fp32 in registers, so each weight byte is
+//    read once per token and the step is bound by memory bandwidth;
 //  - many tokens (prefill): blocks of weight rows are dequantized to fp32
 //    and multiplied with OpenBLAS sgemm, so each dequantized row is reused
 //    by every token of the chunk and the step is bound by arithmetic.
