@@ -57,6 +57,10 @@ if [[ $what != test ]]; then
   start=$(date +%s)
   timeout "${BENCH_TIMEOUT:-200}" "$build/kascade_cuda_bench" "$OUT/ours.csv" "$section" 2>&1 | tee "$OUT/bench.log"
   echo "bench: exit ${PIPESTATUS[0]}, $(( $(date +%s) - start )) s"
+  if [[ -n ${AB_PREFILL_ROW_TILES:-} ]]; then  # A/B: the same prefill shapes with another variant
+    KASCADE_PREFILL_ROW_TILES=$AB_PREFILL_ROW_TILES timeout 120 "$build/kascade_cuda_bench" "$OUT/ab.csv" prefill_f16 \
+      2>&1 | tee "$OUT/ab.log"
+  fi
   start=$(date +%s)
   PYTHONUNBUFFERED=1 timeout "${BASELINE_TIMEOUT:-180}" python3 bench/cuda/torch_baseline.py "$OUT/ours.csv" "$OUT" 2>&1 | tee "$OUT/table.log"
   echo "baseline: $(( $(date +%s) - start )) s"

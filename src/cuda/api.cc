@@ -88,12 +88,13 @@ detail::DecodeParams decode_params(const AttentionArgs& args) {
   return p;
 }
 
-// Enough key splits that the blocks fill every multiprocessor, but never
-// fewer than kMinKeysPerSplit keys per split.
+// As many key splits as fit the blocks in one wave over every multiprocessor
+// (a partial second wave would cost a whole one), never fewer than
+// kMinKeysPerSplit keys per split.
 int plan_splits(const detail::DecodeParams& p, int64_t max_keys, int blocks_per_sm) {
   const int64_t blocks = int64_t(p.batch) * p.n_kv_heads * p.head_blocks;
   const int64_t target = int64_t(detail::multiprocessor_count()) * blocks_per_sm;
-  const int64_t wanted = (target + blocks - 1) / blocks;
+  const int64_t wanted = target / blocks;
   const int64_t most = std::max<int64_t>(1, (max_keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
   return static_cast<int>(std::clamp<int64_t>(wanted, 1, most));
 }

@@ -88,8 +88,17 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
   }
   unsigned char* warp_pipeline = pipeline + warp * Config::kStages * Config::kStageBytes;
 
-  // Issues the copies of this warp's i-th chunk; always commits a group so
-  // that the wait counts stay uniform.
+  // Sparse: lane l holds the position of key l of the warp's next chunk,
+  // loaded one chunk ahead so the gather never waits on the index read.
+  auto load_positions = [&](int i) {
+    const int key = begin + (warp + kDecodeWarps * i) * kChunkKeys + (lane & (kChunkKeys - 1));
+    return i < my_chunks && key < end ? __ldg(index_row + key) : 0;
+  };
+  int next_positions = 0;
+  if constexpr (kSparse) next_positions = load_positions(0);
+
+  // Issues the copies of this warp's i-th chunk (called for i = 0, 1, ... in
+  // order); always commits a group so that the wait counts stay uniform.
   auto issue = [&](int i) {
     if (i < my_chunks) {
       const int key0 = begin + (warp + kDecodeWarps * i) * kChunkKeys;
@@ -98,8 +107,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
       const uint32_t value_tile = key_tile + Config::kTileBytes;
       int my_position = 0;
       if constexpr (kSparse) {
-        const int key = key0 + (lane & (kChunkKeys - 1));
-        my_position = key < end ? __ldg(index_row + key) : 0;
+        my_position = next_positions;
+        next_positions = load_positions(i + 1);
       }
 #pragma unroll
       for (int e = 0; e < Config::kPiecesPerLane; ++e) {
@@ -314,14 +323,19 @@ __global__ void __launch_bounds__(kSelectThreads) pooled_select_decode_kernel(co
   for (int r = threadIdx.x; r < p.group; r += kSelectThreads) group_lse2[r] = p.lse[head_row0 + r] * 1.4426950408889634f;
   __syncthreads();
   float* pooled = p.pooled + (int64_t(b) * p.n_kv_heads + kv_head) * p.score_stride;
+  // The first radix digit's histogram is built while the pooled scores are written.
+  for (int i = threadIdx.x; i < RadixSelectShared<kSelectThreads>::kBins; i += kSelectThreads)
+    select_shared.histogram[i] = 0;
+  __syncthreads();
   for (int j = threadIdx.x; j < n; j += kSelectThreads) {
     float sum = 0.f;
     for (int r = 0; r < p.group; ++r) sum += exp2f(p.scores[(head_row0 + r) * p.score_stride + j] - group_lse2[r]);
     pooled[j] = sum;
+    atomicAdd(&select_shared.histogram[first_radix_digit(sum)], 1u);
   }
   __syncthreads();
   select_top_k_block<kSelectThreads>(pooled, n, k, p.indices + (int64_t(b) * p.n_kv_heads + kv_head) * p.index_stride,
-                                     select_shared);
+                                     select_shared, true);
   if (kv_head == 0 && threadIdx.x == 0) p.counts[b] = min(k, n);
 }
 

@@ -8,6 +8,7 @@
 // memory. Eight warps own 16 rows each; K/V chunks of 32 or 64 keys stream
 // through a two-stage cp.async pipeline.
 #include <cmath>
+#include <cstdlib>
 
 #include "cuda/device_common.cuh"
 #include "cuda/kernels.h"
@@ -17,14 +18,17 @@
 namespace kascade::cuda::detail {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kBlockRows = kWarps * 16;
+constexpr int kBlockRows = 128;
+constexpr int kThreads = 256;  // the selection kernel: 8 warps x 16 rows
+constexpr int kWarps = kThreads / 32;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int kHeadDim, bool kReadValues>
+// kRowTiles 16-row tiles per warp: two let each K/V fragment read from
+// shared memory feed two products.
+template <int kHeadDim, bool kReadValues, int kRowTiles>
 struct PrefillConfig {
+  static constexpr int kThreads = kBlockRows / (16 * kRowTiles) * 32;
   // 64-key chunks where the registers allow (scores-only passes, head_dim 64).
   static constexpr int kChunkKeys = (kReadValues ? kHeadDim <= 64 : kHeadDim <= 128) ? 64 : 32;
   static constexpr int kTileBytes = kChunkKeys * kHeadDim * 2;
@@ -52,12 +56,12 @@ __device__ __forceinline__ RowInfo row_info(int row, int q0, int block_queries, 
 }
 
 // Copies the block's query rows into a swizzled tile (zeros for padding rows).
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, int kBlockThreads>
 __device__ __forceinline__ void load_query_rows(const T* queries, int b, int max_seq_len, int n_heads, int q0,
                                                 int block_queries, int group, int kv_head, int seq_len,
                                                 int row_base, uint32_t tile) {
   constexpr int kChunks = kHeadDim / 8;
-  for (int piece = threadIdx.x; piece < kBlockRows * kChunks; piece += kThreads) {
+  for (int piece = threadIdx.x; piece < kBlockRows * kChunks; piece += kBlockThreads) {
     const int row = piece / kChunks, chunk = piece % kChunks;
     const RowInfo info = row_info(row_base + row, q0, block_queries, group, kv_head, seq_len);
     const bool valid = info.query >= 0;
@@ -80,14 +84,14 @@ struct KeyList {
   }
 };
 
-template <typename T, int kHeadDim, bool kReadValues>
+template <typename T, int kHeadDim, bool kReadValues, int kRowTiles>
 __device__ __forceinline__ void issue_key_chunk(const KeyList& keys, int key0, const T* key_base, const T* value_base,
                                                 uint32_t stage) {
-  using Config = PrefillConfig<kHeadDim, kReadValues>;
+  using Config = PrefillConfig<kHeadDim, kReadValues, kRowTiles>;
   constexpr int kChunks = kHeadDim / 8;
 #pragma unroll
   for (int e = 0; e < Config::kPiecesPerThread; ++e) {
-    const int piece = threadIdx.x + kThreads * e;
+    const int piece = threadIdx.x + Config::kThreads * e;
     const int row = piece / kChunks, chunk = piece % kChunks;
     const int v = key0 + row;
     const bool valid = v < keys.total;
@@ -99,30 +103,38 @@ __device__ __forceinline__ void issue_key_chunk(const KeyList& keys, int key0, c
   cp_async_commit();
 }
 
-// S = Q K^T for the warp's 16 rows against one chunk, in log2 units.
-template <typename T, int kHeadDim, int kChunkKeys>
-__device__ __forceinline__ void chunk_scores(uint32_t query_tile, int warp, uint32_t key_tile, int lane,
-                                             float s[kChunkKeys / 8][4]) {
+// S = Q K^T for the warp's kRowTiles x 16 rows (from row0) against one chunk.
+template <typename T, int kHeadDim, int kChunkKeys, int kRowTiles>
+__device__ __forceinline__ void chunk_scores(uint32_t query_tile, int row0, uint32_t key_tile, int lane,
+                                             float s[kRowTiles][kChunkKeys / 8][4]) {
 #pragma unroll
-  for (int j = 0; j < kChunkKeys / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+  for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+    for (int j = 0; j < kChunkKeys / 8; ++j) s[m][j][0] = s[m][j][1] = s[m][j][2] = s[m][j][3] = 0.f;
 #pragma unroll
   for (int k_step = 0; k_step < kHeadDim / 16; ++k_step) {
-    uint32_t a[4];
-    load_a_fragment<kHeadDim>(query_tile, warp * 16, k_step, lane, a);
+    uint32_t a[kRowTiles][4];
+#pragma unroll
+    for (int m = 0; m < kRowTiles; ++m) load_a_fragment<kHeadDim>(query_tile, row0 + 16 * m, k_step, lane, a[m]);
 #pragma unroll
     for (int pair = 0; pair < kChunkKeys / 16; ++pair) {
       uint32_t bk[4];
       load_key_fragments<kHeadDim>(key_tile, pair * 16, k_step, lane, bk);
-      mma_16816<T>(s[2 * pair], a, bk[0], bk[1]);
-      mma_16816<T>(s[2 * pair + 1], a, bk[2], bk[3]);
+#pragma unroll
+      for (int m = 0; m < kRowTiles; ++m) {
+        mma_16816<T>(s[m][2 * pair], a[m], bk[0], bk[1]);
+        mma_16816<T>(s[m][2 * pair + 1], a[m], bk[2], bk[3]);
+      }
     }
   }
 }
 
-template <typename T, int kHeadDim, PrefillKeys kKeys, PrefillMode kMode>
-__global__ void __launch_bounds__(kThreads, kHeadDim <= 128 ? 2 : 1) prefill_attention_kernel(const PrefillParams p) {
+template <typename T, int kHeadDim, PrefillKeys kKeys, PrefillMode kMode, int kRowTiles>
+__global__ void __launch_bounds__(PrefillConfig<kHeadDim, kMode == PrefillMode::Attend, kRowTiles>::kThreads,
+                                  kHeadDim <= 128 ? 2 : 1)
+    prefill_attention_kernel(const PrefillParams p) {
   constexpr bool kReadValues = kMode == PrefillMode::Attend;
-  using Config = PrefillConfig<kHeadDim, kReadValues>;
+  using Config = PrefillConfig<kHeadDim, kReadValues, kRowTiles>;
   constexpr int kChunkKeys = Config::kChunkKeys;
   extern __shared__ __align__(128) unsigned char shared[];
   const uint32_t query_tile = shared_address(shared);
@@ -130,6 +142,7 @@ __global__ void __launch_bounds__(kThreads, kHeadDim <= 128 ? 2 : 1) prefill_att
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int quad_row = lane >> 2, quad_col = lane & 3;
+  const int warp_row0 = warp * 16 * kRowTiles;
   const int b = blockIdx.z;
   const int kv_head = blockIdx.x / p.row_blocks;
   const int row_base = (blockIdx.x % p.row_blocks) * kBlockRows;
@@ -157,26 +170,32 @@ __global__ void __launch_bounds__(kThreads, kHeadDim <= 128 ? 2 : 1) prefill_att
   const T* key_base = static_cast<const T*>(p.keys) + kv_offset;
   const T* value_base = static_cast<const T*>(p.values) + kv_offset;
 
-  load_query_rows<T, kHeadDim>(static_cast<const T*>(p.queries), b, p.max_seq_len, p.n_heads, q0, p.block_queries,
-                               p.group, kv_head, seq_len, row_base, query_tile);
+  load_query_rows<T, kHeadDim, Config::kThreads>(static_cast<const T*>(p.queries), b, p.max_seq_len, p.n_heads, q0,
+                                                 p.block_queries, p.group, kv_head, seq_len, row_base, query_tile);
   const int n_chunks = (keys.total + kChunkKeys - 1) / kChunkKeys;
-  issue_key_chunk<T, kHeadDim, kReadValues>(keys, 0, key_base, value_base, stages);  // commits Q with chunk 0
+  issue_key_chunk<T, kHeadDim, kReadValues, kRowTiles>(keys, 0, key_base, value_base, stages);  // commits Q too
 
-  RowInfo rows[2];
-  rows[0] = row_info(row_base + warp * 16 + quad_row, q0, p.block_queries, p.group, kv_head, seq_len);
-  rows[1] = row_info(row_base + warp * 16 + quad_row + 8, q0, p.block_queries, p.group, kv_head, seq_len);
+  RowInfo rows[kRowTiles][2];
+#pragma unroll
+  for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      rows[m][r] = row_info(row_base + warp_row0 + 16 * m + quad_row + 8 * r, q0, p.block_queries, p.group, kv_head,
+                            seq_len);
   // Keys at or before the block's first query need no causal mask.
   const int unmasked_keys = kKeys == PrefillKeys::Causal ? q0 + 1 : keys.n_selected + 1;
 
-  SoftmaxState state[2];
-  float out[kHeadDim / 8][4];
+  SoftmaxState state[kRowTiles][2];
+  float out[kRowTiles][kHeadDim / 8][4];
 #pragma unroll
-  for (int j = 0; j < kHeadDim / 8; ++j) out[j][0] = out[j][1] = out[j][2] = out[j][3] = 0.f;
+  for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 8; ++j) out[m][j][0] = out[m][j][1] = out[m][j][2] = out[m][j][3] = 0.f;
 
   for (int c = 0; c < n_chunks; ++c) {
     if (c + 1 < n_chunks) {
-      issue_key_chunk<T, kHeadDim, kReadValues>(keys, (c + 1) * kChunkKeys, key_base, value_base,
-                                                stages + ((c + 1) & 1) * Config::kStageBytes);
+      issue_key_chunk<T, kHeadDim, kReadValues, kRowTiles>(keys, (c + 1) * kChunkKeys, key_base, value_base,
+                                                           stages + ((c + 1) & 1) * Config::kStageBytes);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
@@ -185,67 +204,78 @@ __global__ void __launch_bounds__(kThreads, kHeadDim <= 128 ? 2 : 1) prefill_att
     const uint32_t key_tile = stages + (c & 1) * Config::kStageBytes;
     const int key0 = c * kChunkKeys;
 
-    float s[kChunkKeys / 8][4];
-    chunk_scores<T, kHeadDim, kChunkKeys>(query_tile, warp, key_tile, lane, s);
+    float s[kRowTiles][kChunkKeys / 8][4];
+    chunk_scores<T, kHeadDim, kChunkKeys, kRowTiles>(query_tile, warp_row0, key_tile, lane, s);
     const bool needs_mask = key0 + kChunkKeys > unmasked_keys;
 #pragma unroll
-    for (int j = 0; j < kChunkKeys / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        bool visible = rows[e >> 1].query >= 0;
-        if (needs_mask) {
-          const int v = key0 + 8 * j + 2 * quad_col + (e & 1);
-          int position = v;
-          if constexpr (kKeys == PrefillKeys::Selected) position = v < keys.n_selected ? -1 : q0 + v - keys.n_selected;
-          visible = visible && v < keys.total && position <= rows[e >> 1].query;
-        }
-        s[j][e] = visible ? s[j][e] * p.scale_log2 : -INFINITY;
-      }
-
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float chunk_max = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kChunkKeys / 8; ++j) chunk_max = fmaxf(chunk_max, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
-      chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 1));
-      chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 2));
-      const float new_max = fmaxf(state[r].max, chunk_max);
-      const float reference = SoftmaxState::finite_max(new_max);
-      const float rescale = exp2f(state[r].max - reference);
-      state[r].max = new_max;
-      float chunk_sum = 0.f;
+    for (int m = 0; m < kRowTiles; ++m)
 #pragma unroll
       for (int j = 0; j < kChunkKeys / 8; ++j)
 #pragma unroll
-        for (int e = 2 * r; e < 2 * r + 2; ++e) {
-          s[j][e] = exp2f(s[j][e] - reference);
-          chunk_sum += s[j][e];
+        for (int e = 0; e < 4; ++e) {
+          const RowInfo& info = rows[m][e >> 1];
+          bool visible = info.query >= 0;
+          if (needs_mask) {
+            const int v = key0 + 8 * j + 2 * quad_col + (e & 1);
+            int position = v;
+            if constexpr (kKeys == PrefillKeys::Selected) position = v < keys.n_selected ? -1 : q0 + v - keys.n_selected;
+            visible = visible && v < keys.total && position <= info.query;
+          }
+          s[m][j][e] = visible ? s[m][j][e] * p.scale_log2 : -INFINITY;
         }
-      state[r].sum = state[r].sum * rescale + chunk_sum;
-      if constexpr (kReadValues) {
+
 #pragma unroll
-        for (int j = 0; j < kHeadDim / 8; ++j) {
-          out[j][2 * r] *= rescale;
-          out[j][2 * r + 1] *= rescale;
+    for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float chunk_max = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kChunkKeys / 8; ++j) chunk_max = fmaxf(chunk_max, fmaxf(s[m][j][2 * r], s[m][j][2 * r + 1]));
+        chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 1));
+        chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 2));
+        const float new_max = fmaxf(state[m][r].max, chunk_max);
+        const float reference = SoftmaxState::finite_max(new_max);
+        const float rescale = exp2f(state[m][r].max - reference);
+        state[m][r].max = new_max;
+        float chunk_sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < kChunkKeys / 8; ++j)
+#pragma unroll
+          for (int e = 2 * r; e < 2 * r + 2; ++e) {
+            s[m][j][e] = exp2f(s[m][j][e] - reference);
+            chunk_sum += s[m][j][e];
+          }
+        state[m][r].sum = state[m][r].sum * rescale + chunk_sum;
+        if constexpr (kReadValues) {
+#pragma unroll
+          for (int j = 0; j < kHeadDim / 8; ++j) {
+            out[m][j][2 * r] *= rescale;
+            out[m][j][2 * r + 1] *= rescale;
+          }
         }
       }
-    }
 
     if constexpr (kReadValues) {
       const uint32_t value_tile = key_tile + Config::kTileBytes;
 #pragma unroll
       for (int k_step = 0; k_step < kChunkKeys / 16; ++k_step) {
-        uint32_t pa[4];
-        pa[0] = ElementTraits<T>::pack2(s[2 * k_step][0], s[2 * k_step][1]);
-        pa[1] = ElementTraits<T>::pack2(s[2 * k_step][2], s[2 * k_step][3]);
-        pa[2] = ElementTraits<T>::pack2(s[2 * k_step + 1][0], s[2 * k_step + 1][1]);
-        pa[3] = ElementTraits<T>::pack2(s[2 * k_step + 1][2], s[2 * k_step + 1][3]);
+        uint32_t pa[kRowTiles][4];
+#pragma unroll
+        for (int m = 0; m < kRowTiles; ++m) {
+          pa[m][0] = ElementTraits<T>::pack2(s[m][2 * k_step][0], s[m][2 * k_step][1]);
+          pa[m][1] = ElementTraits<T>::pack2(s[m][2 * k_step][2], s[m][2 * k_step][3]);
+          pa[m][2] = ElementTraits<T>::pack2(s[m][2 * k_step + 1][0], s[m][2 * k_step + 1][1]);
+          pa[m][3] = ElementTraits<T>::pack2(s[m][2 * k_step + 1][2], s[m][2 * k_step + 1][3]);
+        }
 #pragma unroll
         for (int pair = 0; pair < kHeadDim / 16; ++pair) {
           uint32_t bv[4];
           load_value_fragments<kHeadDim>(value_tile, k_step * 16, pair, lane, bv);
-          mma_16816<T>(out[2 * pair], pa, bv[0], bv[1]);
-          mma_16816<T>(out[2 * pair + 1], pa, bv[2], bv[3]);
+#pragma unroll
+          for (int m = 0; m < kRowTiles; ++m) {
+            mma_16816<T>(out[m][2 * pair], pa[m], bv[0], bv[1]);
+            mma_16816<T>(out[m][2 * pair + 1], pa[m], bv[2], bv[3]);
+          }
         }
       }
     }
@@ -253,23 +283,28 @@ __global__ void __launch_bounds__(kThreads, kHeadDim <= 128 ? 2 : 1) prefill_att
   }
 
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    state[r].sum += __shfl_xor_sync(0xffffffffu, state[r].sum, 1);
-    state[r].sum += __shfl_xor_sync(0xffffffffu, state[r].sum, 2);
-    const RowInfo& info = rows[r];
-    if (info.query < 0) continue;
-    const float lse2 = state[r].log2_sum_exp();
-    if (p.lse && quad_col == 0) p.lse[(int64_t(b) * p.n_heads + info.head) * p.max_seq_len + info.query] = lse2 * kLn2;
-    if constexpr (kReadValues) {
-      const float inverse = state[r].sum > 0.f ? 1.f / state[r].sum : 0.f;
-      T* out_row = static_cast<T*>(p.output) + ((int64_t(b) * p.max_seq_len + info.query) * p.n_heads + info.head) * kHeadDim;
+  for (int m = 0; m < kRowTiles; ++m)
 #pragma unroll
-      for (int j = 0; j < kHeadDim / 8; ++j) {
-        const uint32_t packed = ElementTraits<T>::pack2(out[j][2 * r] * inverse, out[j][2 * r + 1] * inverse);
-        *reinterpret_cast<uint32_t*>(out_row + 8 * j + 2 * quad_col) = packed;
+    for (int r = 0; r < 2; ++r) {
+      SoftmaxState& state_row = state[m][r];
+      state_row.sum += __shfl_xor_sync(0xffffffffu, state_row.sum, 1);
+      state_row.sum += __shfl_xor_sync(0xffffffffu, state_row.sum, 2);
+      const RowInfo& info = rows[m][r];
+      if (info.query < 0) continue;
+      const float lse2 = state_row.log2_sum_exp();
+      if (p.lse && quad_col == 0)
+        p.lse[(int64_t(b) * p.n_heads + info.head) * p.max_seq_len + info.query] = lse2 * kLn2;
+      if constexpr (kReadValues) {
+        const float inverse = state_row.sum > 0.f ? 1.f / state_row.sum : 0.f;
+        T* out_row = static_cast<T*>(p.output) +
+                     ((int64_t(b) * p.max_seq_len + info.query) * p.n_heads + info.head) * kHeadDim;
+#pragma unroll
+        for (int j = 0; j < kHeadDim / 8; ++j) {
+          const uint32_t packed = ElementTraits<T>::pack2(out[m][j][2 * r] * inverse, out[m][j][2 * r + 1] * inverse);
+          *reinterpret_cast<uint32_t*>(out_row + 8 * j + 2 * quad_col) = packed;
+        }
       }
     }
-  }
 }
 
 constexpr int kSelectChunkKeys = 64;
@@ -327,8 +362,8 @@ __global__ void __launch_bounds__(kThreads) tile_select_kernel(const TileSelectP
 
     for (int row_block = 0; row_block < row_blocks; ++row_block) {
       const int row_base = row_block * kBlockRows;
-      load_query_rows<T, kHeadDim>(static_cast<const T*>(p.queries), b, p.max_seq_len, p.n_heads, s, block_queries,
-                                   p.group, kv_head, seq_len, row_base, query_tile);
+      load_query_rows<T, kHeadDim, kThreads>(static_cast<const T*>(p.queries), b, p.max_seq_len, p.n_heads, s,
+                                             block_queries, p.group, kv_head, seq_len, row_base, query_tile);
       float row_lse2[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -361,16 +396,16 @@ __global__ void __launch_bounds__(kThreads) tile_select_kernel(const TileSelectP
           cp_async_wait<0>();
         }
         __syncthreads();
-        float scores[kSelectChunkKeys / 8][4];
-        chunk_scores<T, kHeadDim, kSelectChunkKeys>(query_tile, warp, stages + (c & 1) * Config::kTileBytes, lane,
-                                                    scores);
+        float scores[1][kSelectChunkKeys / 8][4];
+        chunk_scores<T, kHeadDim, kSelectChunkKeys, 1>(query_tile, warp * 16, stages + (c & 1) * Config::kTileBytes,
+                                                       lane, scores);
         // Column sums of the probabilities over the warp's 16 rows.
 #pragma unroll
         for (int j = 0; j < kSelectChunkKeys / 8; ++j) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            float column = exp2f(scores[j][e] * p.scale_log2 - row_lse2[0]) +
-                           exp2f(scores[j][e + 2] * p.scale_log2 - row_lse2[1]);
+            float column = exp2f(scores[0][j][e] * p.scale_log2 - row_lse2[0]) +
+                           exp2f(scores[0][j][e + 2] * p.scale_log2 - row_lse2[1]);
             column += __shfl_xor_sync(0xffffffffu, column, 4);
             column += __shfl_xor_sync(0xffffffffu, column, 8);
             column += __shfl_xor_sync(0xffffffffu, column, 16);
@@ -399,32 +434,54 @@ struct KernelInfo {
   const void* kernel = nullptr;
   int shared_bytes = 0;
   int blocks_per_sm = 1;
+  int threads = 0;
 };
 
-KernelInfo configure(const void* kernel, int shared_bytes, const char* name) {
-  KernelInfo made{kernel, shared_bytes, 1};
+KernelInfo configure(const void* kernel, int shared_bytes, int threads, const char* name) {
+  KernelInfo made{kernel, shared_bytes, 1, threads};
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes), name);
-  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&made.blocks_per_sm, kernel, kThreads, shared_bytes), name);
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&made.blocks_per_sm, kernel, threads, shared_bytes), name);
   if (made.blocks_per_sm < 1) made.blocks_per_sm = 1;
   return made;
 }
 
-template <typename T, int kHeadDim, PrefillKeys kKeys, PrefillMode kMode>
+template <typename T, int kHeadDim, PrefillKeys kKeys, PrefillMode kMode, int kRowTiles>
 const KernelInfo& prefill_kernel_info() {
+  using Config = PrefillConfig<kHeadDim, kMode == PrefillMode::Attend, kRowTiles>;
   static const KernelInfo info =
-      configure(reinterpret_cast<const void*>(&prefill_attention_kernel<T, kHeadDim, kKeys, kMode>),
-                PrefillConfig<kHeadDim, kMode == PrefillMode::Attend>::kSharedBytes, "configure prefill_attention_kernel");
+      configure(reinterpret_cast<const void*>(&prefill_attention_kernel<T, kHeadDim, kKeys, kMode, kRowTiles>),
+                Config::kSharedBytes, Config::kThreads, "configure prefill_attention_kernel");
   return info;
+}
+
+template <typename T, int kHeadDim, int kRowTiles>
+const KernelInfo& prefill_kernel_for_tiles(PrefillKeys keys, PrefillMode mode) {
+  if (mode == PrefillMode::LseOnly) {
+    if (keys != PrefillKeys::Causal) unsupported("prefill mode (LSE of a selected-key pass)", int(keys));
+    return prefill_kernel_info<T, kHeadDim, PrefillKeys::Causal, PrefillMode::LseOnly, kRowTiles>();
+  }
+  return keys == PrefillKeys::Causal
+             ? prefill_kernel_info<T, kHeadDim, PrefillKeys::Causal, PrefillMode::Attend, kRowTiles>()
+             : prefill_kernel_info<T, kHeadDim, PrefillKeys::Selected, PrefillMode::Attend, kRowTiles>();
+}
+
+// Warps of two row tiles where the registers hold them (head_dim <= 128).
+// KASCADE_PREFILL_ROW_TILES=1 forces one (tuning).
+int row_tiles_for(int head_dim) {
+  static const int forced = [] {
+    const char* value = std::getenv("KASCADE_PREFILL_ROW_TILES");
+    return value ? std::atoi(value) : 0;
+  }();
+  if (head_dim > 128) return 1;
+  return forced == 1 ? 1 : 2;
 }
 
 template <typename T, int kHeadDim>
 const KernelInfo& prefill_kernel_for_dim(PrefillKeys keys, PrefillMode mode) {
-  if (mode == PrefillMode::LseOnly) {
-    if (keys != PrefillKeys::Causal) unsupported("prefill mode (LSE of a selected-key pass)", int(keys));
-    return prefill_kernel_info<T, kHeadDim, PrefillKeys::Causal, PrefillMode::LseOnly>();
+  if constexpr (kHeadDim <= 128) {
+    if (row_tiles_for(kHeadDim) == 2) return prefill_kernel_for_tiles<T, kHeadDim, 2>(keys, mode);
   }
-  return keys == PrefillKeys::Causal ? prefill_kernel_info<T, kHeadDim, PrefillKeys::Causal, PrefillMode::Attend>()
-                                     : prefill_kernel_info<T, kHeadDim, PrefillKeys::Selected, PrefillMode::Attend>();
+  return prefill_kernel_for_tiles<T, kHeadDim, 1>(keys, mode);
 }
 
 template <typename T>
@@ -440,7 +497,8 @@ const KernelInfo& prefill_kernel_for_type(int head_dim, PrefillKeys keys, Prefil
 template <typename T, int kHeadDim>
 const KernelInfo& tile_select_kernel_info() {
   static const KernelInfo info = configure(reinterpret_cast<const void*>(&tile_select_kernel<T, kHeadDim>),
-                                           TileSelectConfig<kHeadDim>::kSharedBytes, "configure tile_select_kernel");
+                                           TileSelectConfig<kHeadDim>::kSharedBytes, kThreads,
+                                           "configure tile_select_kernel");
   return info;
 }
 
@@ -468,7 +526,7 @@ void launch_prefill_attention(const PrefillParams& params, DType dtype, int head
   const int query_blocks = (params.max_seq_len + params.block_queries - 1) / params.block_queries;
   const dim3 grid(params.n_kv_heads * params.row_blocks, query_blocks, params.batch);
   void* arguments[] = {const_cast<PrefillParams*>(&params)};
-  check_cuda(cudaLaunchKernel(info.kernel, grid, dim3(kThreads), arguments, info.shared_bytes, stream),
+  check_cuda(cudaLaunchKernel(info.kernel, grid, dim3(info.threads), arguments, info.shared_bytes, stream),
              "launch prefill_attention_kernel");
 }
 

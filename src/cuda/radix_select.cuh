@@ -2,9 +2,12 @@
 // reference's select_top_k: the k largest values of a row, ties broken toward
 // the lower index, indices written in ascending order.
 //
-// Four histogram passes of 8 bits each over the order-preserving uint32 keys
-// find the k-th largest key exactly; a final pass in index order takes every
-// key above it and the first `remaining` keys equal to it.
+// The values are mapped onto order-preserving uint32 keys and the k-th
+// largest key is found digit by digit (11, 11, then 10 bits) with shared
+// histograms. It stops early when the bin holding the k-th key is taken
+// whole, and once that bin holds few keys they are compacted into shared
+// memory so later digits never re-read the row. A final pass in index order
+// takes every key above the threshold and the first `remaining` equal ones.
 #pragma once
 
 #include "cuda/device_common.cuh"
@@ -14,11 +17,21 @@ namespace kascade::cuda {
 template <int kThreads>
 struct RadixSelectShared {
   static constexpr int kWarps = kThreads / 32;
-  unsigned int histogram[256];
+  static constexpr int kBins = 2048;        // 11-bit digits
+  static constexpr int kCandidates = 2048;  // keys kept in shared memory once the bin is this small
+  static_assert(kBins % kThreads == 0, "each thread owns whole bins when scanning");
+  unsigned int histogram[kBins];
+  uint32_t candidates[kCandidates];
   unsigned int warp_totals[kWarps];
+  unsigned int candidate_count;
   unsigned int digit;
   unsigned int remaining;
+  unsigned int bin_count;
 };
+
+// The first digit (bits 31..21): callers that produce the values may build
+// its histogram as they write them and skip a pass.
+__device__ __forceinline__ uint32_t first_radix_digit(float value) { return float_order_key(value) >> 21; }
 
 namespace detail {
 
@@ -49,13 +62,44 @@ __device__ __forceinline__ unsigned int block_exclusive_scan(unsigned int count,
   return before + inclusive - count;
 }
 
+// Finds the bin holding the `remaining`-th largest key counted from the top
+// bin; publishes it with its count and the rank left inside it.
+template <int kThreads>
+__device__ __forceinline__ void find_threshold_bin(unsigned int remaining, RadixSelectShared<kThreads>& shared) {
+  constexpr int kPerThread = RadixSelectShared<kThreads>::kBins / kThreads;
+  unsigned int counts[kPerThread];
+  unsigned int local = 0;
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    counts[j] = shared.histogram[RadixSelectShared<kThreads>::kBins - 1 - threadIdx.x * kPerThread - j];
+    local += counts[j];
+  }
+  unsigned int total;
+  unsigned int above = block_exclusive_scan(local, total, shared);
+  if (above < remaining && remaining <= above + local) {
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      if (above < remaining && remaining <= above + counts[j]) {
+        shared.digit = RadixSelectShared<kThreads>::kBins - 1 - threadIdx.x * kPerThread - j;
+        shared.remaining = remaining - above;
+        shared.bin_count = counts[j];
+      }
+      above += counts[j];
+    }
+  }
+  __syncthreads();
+}
+
 }  // namespace detail
 
 // Selects the k largest of values[0, n) into out[0, k) in ascending index
-// order. All threads of the block must call it; it ends with a barrier.
+// order. All threads of the block must call it; it ends with a barrier. With
+// first_histogram_ready the caller has zeroed shared.histogram and added 1
+// to bin first_radix_digit(v) for every value, then synchronised.
 template <int kThreads>
-__device__ void select_top_k_block(const float* values, int n, int k, int* out,
-                                   RadixSelectShared<kThreads>& shared) {
+__device__ void select_top_k_block(const float* values, int n, int k, int* out, RadixSelectShared<kThreads>& shared,
+                                   bool first_histogram_ready = false) {
+  using Shared = RadixSelectShared<kThreads>;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   if (k >= n) {  // the whole row
@@ -65,55 +109,62 @@ __device__ void select_top_k_block(const float* values, int n, int k, int* out,
   }
   if (k <= 0) return;
 
-  uint32_t prefix = 0, mask = 0;
+  uint32_t prefix = 0, mask = 0;  // the threshold's bits found so far
   unsigned int remaining = static_cast<unsigned int>(k);
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = tid; i < 256; i += kThreads) shared.histogram[i] = 0;
-    __syncthreads();
-    for (int base = 0; base < n; base += kThreads) {
-      const int i = base + tid;
-      uint32_t bin = 0xffffffffu;
-      if (i < n) {
-        const uint32_t key = float_order_key(values[i]);
-        if ((key & mask) == prefix) bin = (key >> shift) & 255u;
-      }
-      // Values cluster in few bins: one atomic per distinct bin per warp.
-      const unsigned int peers = __match_any_sync(0xffffffffu, bin);
-      if (bin != 0xffffffffu && lane == __ffs(peers) - 1) atomicAdd(&shared.histogram[bin], __popc(peers));
-    }
-    __syncthreads();
-    if (tid < 32) {
-      // Lane l owns bins 255-8l .. 248-8l; scan from the top bin down.
-      unsigned int counts[8];
-      unsigned int local = 0;
+  bool compacted = false;
+  for (int pass = 0; pass < 3; ++pass) {
+    const int shift = pass == 0 ? 21 : (pass == 1 ? 10 : 0);
+    const uint32_t digit_mask = pass == 2 ? 0x3ffu : 0x7ffu;
+    if (pass > 0 || !first_histogram_ready) {
+      for (int i = tid; i < Shared::kBins; i += kThreads) shared.histogram[i] = 0;
+      __syncthreads();
+      if (compacted) {
+        for (unsigned int i = tid; i < shared.candidate_count; i += kThreads) {
+          const uint32_t key = shared.candidates[i];
+          if ((key & mask) == prefix) atomicAdd(&shared.histogram[(key >> shift) & digit_mask], 1u);
+        }
+      } else {
+        // Four independent loads per thread in flight.
+        for (int base = 0; base < n; base += 4 * kThreads) {
+          float loaded[4];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        counts[j] = shared.histogram[255 - 8 * lane - j];
-        local += counts[j];
-      }
-      unsigned int inclusive = local;
-#pragma unroll
-      for (int offset = 1; offset < 32; offset <<= 1) {
-        const unsigned int up = __shfl_up_sync(0xffffffffu, inclusive, offset);
-        if (lane >= offset) inclusive += up;
-      }
-      unsigned int above = inclusive - local;
-      if (above < remaining && remaining <= inclusive) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          if (above + counts[j] >= remaining) {
-            shared.digit = 255u - 8u * lane - j;
-            shared.remaining = remaining - above;
-            break;
+          for (int e = 0; e < 4; ++e) {
+            const int i = base + e * kThreads + tid;
+            loaded[e] = i < n ? values[i] : 0.f;
           }
-          above += counts[j];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const uint32_t key = float_order_key(loaded[e]);
+            if (base + e * kThreads + tid < n && (key & mask) == prefix)
+              atomicAdd(&shared.histogram[(key >> shift) & digit_mask], 1u);
+          }
         }
       }
+      __syncthreads();
     }
-    __syncthreads();
+    detail::find_threshold_bin<kThreads>(remaining, shared);
     prefix |= shared.digit << shift;
-    mask |= 255u << shift;
+    mask |= digit_mask << shift;
     remaining = shared.remaining;
+    const unsigned int bin_count = shared.bin_count;
+    if (bin_count == remaining) break;  // the whole bin is taken: no finer digit matters
+    if (pass < 2 && !compacted && bin_count <= Shared::kCandidates) {
+      if (tid == 0) shared.candidate_count = 0;
+      __syncthreads();
+      for (int base = 0; base < n; base += kThreads) {
+        const int i = base + tid;
+        const uint32_t key = i < n ? float_order_key(values[i]) : 0u;
+        const bool match = i < n && (key & mask) == prefix;
+        const unsigned int ballot = __ballot_sync(0xffffffffu, match);
+        unsigned int slot = 0;
+        if (lane == 0 && ballot) slot = atomicAdd(&shared.candidate_count, __popc(ballot));
+        slot = __shfl_sync(0xffffffffu, slot, 0);
+        if (match) shared.candidates[slot + __popc(ballot & ((1u << lane) - 1))] = key;
+      }
+      __syncthreads();
+      compacted = true;
+    }
+    __syncthreads();  // digit/remaining/bin_count are rewritten by the next pass
   }
 
   // Final pass in index order: each thread owns 8 consecutive elements per round.
@@ -125,7 +176,7 @@ __device__ void select_top_k_block(const float* values, int n, int k, int* out,
     unsigned int equal_count = 0;
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) {
-      keys[e] = first + e < n ? float_order_key(values[first + e]) : 0u;
+      keys[e] = first + e < n ? (float_order_key(values[first + e]) & mask) : 0u;
       equal_count += (first + e < n && keys[e] == prefix) ? 1u : 0u;
     }
     unsigned int equal_total;

@@ -475,19 +475,29 @@ void test_prefill(const Problem& p, const kc::Budget& budget, int tile) {
 }
 
 // Standalone top-k on values with many ties (few distinct levels), negative
-// values and signed zeros; must equal select_top_k exactly.
+// values and signed zeros, one constant row and one row in a narrow range
+// (all in one first-digit bin); must equal select_top_k exactly.
 void test_top_k() {
-  const int rows = 7;
-  const std::vector<int> lengths = {1, 2, 100, 1000, 4097, 30000, 65536};
+  const std::vector<int> lengths = {1, 2, 100, 1000, 4097, 30000, 65536, 50000, 70000, 3000};
+  const int rows = int(lengths.size());
   std::vector<int> ks;
   int64_t stride = 0;
   for (int n : lengths) stride = std::max<int64_t>(stride, n);
   std::vector<float> values(size_t(rows) * stride, 0.f);
+  std::uniform_real_distribution<float> narrow(1.f, 1.001f);
   for (int r = 0; r < rows; ++r) {
     const int levels = r % 2 ? 7 : 100000;
     for (int i = 0; i < lengths[r]; ++i) {
-      const int level = int(rng() % levels) - levels / 2;
-      values[size_t(r) * stride + i] = level == 0 ? ((rng() & 1) ? 0.f : -0.f) : float(level) * 0.37f;
+      float value;
+      if (r == 7) {
+        value = 0.25f;  // constant row
+      } else if (r >= 8) {
+        value = narrow(rng);
+      } else {
+        const int level = int(rng() % levels) - levels / 2;
+        value = level == 0 ? ((rng() & 1) ? 0.f : -0.f) : float(level) * 0.37f;
+      }
+      values[size_t(r) * stride + i] = value;
     }
     ks.push_back(int(rng() % (lengths[r] + 1)));
   }
