@@ -1,0 +1,140 @@
+// Tests for the core helpers: memory counters, stopwatch, progress bar.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/progress.h"
+#include "core/timer.h"
+
+namespace kascade {
+namespace {
+
+TEST(Memory, ParsesStatusFields) {
+  const std::string status =
+      "Name:\tcore_test\nVmPeak:\t  200000 kB\nVmHWM:\t    5120 kB\nVmRSS:\t    4096 kB\n";
+  EXPECT_EQ(parse_status_field_bytes(status, "VmHWM"), 5120u * 1024);
+  EXPECT_EQ(parse_status_field_bytes(status, "VmRSS"), 4096u * 1024);
+  // "VmHWM" must not match a longer field name that merely starts with it.
+  EXPECT_EQ(parse_status_field_bytes("VmHWMX:\t1 kB\nVmHWM:\t2 kB\n", "VmHWM"), 2048u);
+}
+
+TEST(Memory, RejectsMissingOrMalformedFields) {
+  EXPECT_THROW(parse_status_field_bytes("VmRSS:\t10 kB\n", "VmHWM"), Error);
+  EXPECT_THROW(parse_status_field_bytes("VmHWM:\tlots kB\n", "VmHWM"), Error);
+  EXPECT_THROW(parse_status_field_bytes("VmHWM:\t10 MB\n", "VmHWM"), Error);
+  try {
+    parse_status_field_bytes("", "VmHWM");
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("VmHWM"), std::string::npos) << error.what();
+  }
+}
+
+TEST(Memory, PeakFollowsATouchedAllocation) {
+  const uint64_t before = current_resident_bytes();
+  EXPECT_GT(before, 0u);
+  constexpr size_t kBytes = 64u << 20;
+  std::vector<char> block(kBytes);
+  std::memset(block.data(), 1, block.size());  // touch every page so it is resident
+  const uint64_t during = current_resident_bytes();
+  EXPECT_GE(during, before + kBytes * 9 / 10);
+  EXPECT_GE(peak_resident_bytes(), during);
+  // Keep the block alive past the measurements.
+  EXPECT_EQ(block[kBytes / 2], 1);
+}
+
+TEST(Memory, FormatsBytes) {
+  EXPECT_EQ(format_bytes(0), "0 B");
+  EXPECT_EQ(format_bytes(1023), "1023 B");
+  EXPECT_EQ(format_bytes(1024), "1.00 KiB");
+  EXPECT_EQ(format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(format_bytes(uint64_t(97.3 * 1024 * 1024)), "97.3 MiB");
+  EXPECT_EQ(format_bytes(215ull << 20), "215 MiB");
+  EXPECT_EQ(format_bytes(2ull << 30), "2.00 GiB");
+}
+
+TEST(Stopwatch, MeasuresASleep) {
+  Stopwatch stopwatch;
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  const double elapsed = stopwatch.seconds();
+  EXPECT_GE(elapsed, 0.029);
+  EXPECT_LT(elapsed, 5.0);
+  EXPECT_NEAR(stopwatch.milliseconds(), stopwatch.seconds() * 1e3, 5.0);
+  stopwatch.restart();
+  EXPECT_LT(stopwatch.seconds(), elapsed);
+}
+
+TEST(Progress, FormatsDurations) {
+  EXPECT_EQ(format_duration(0.42), "0.4s");
+  EXPECT_EQ(format_duration(42.0), "42s");
+  EXPECT_EQ(format_duration(187.0), "3m07s");
+  EXPECT_EQ(format_duration(2 * 3600 + 5 * 60 + 10), "2h05m");
+}
+
+TEST(Progress, FormatsLines) {
+  // 5 of 10 in 2 s: half the bar, 2.50 tok/s, 5 left at that rate = 2 s.
+  EXPECT_EQ(format_progress_line("prefill", "tok", 5, 10, 2.0),
+            "prefill [###############...............] 5/10 2.50 tok/s ETA 2.0s");
+  EXPECT_EQ(format_progress_line("prefill", "tok", 0, 10, 1.0),
+            "prefill [..............................] 0/10 -- tok/s");
+  EXPECT_EQ(format_progress_line("", "doc", 8192, 8192, 4.0),
+            "[##############################] 8192/8192 2048 doc/s in 4.0s");
+}
+
+// Reads back what a bar wrote to a temporary file.
+std::string read_all(std::FILE* file) {
+  std::fflush(file);
+  std::rewind(file);
+  std::string text;
+  char buffer[4096];
+  size_t count;
+  while ((count = std::fread(buffer, 1, sizeof buffer, file)) > 0) text.append(buffer, count);
+  return text;
+}
+
+TEST(Progress, ForcedBarThrottlesRedrawsAndEndsTheLine) {
+  std::FILE* file = std::tmpfile();
+  ASSERT_NE(file, nullptr);
+  {
+    ProgressBar bar(10, {.label = "eval", .unit = "doc", .force = true,
+                         .redraw_interval_seconds = 3600.0, .stream = file});
+    EXPECT_TRUE(bar.enabled());
+    for (int i = 0; i < 9; ++i) bar.advance();
+    bar.update(1000);  // clamped to the total
+  }  // the destructor finishes the bar
+  const std::string text = read_all(file);
+  std::fclose(file);
+  // One draw for the first update (the rest fall in the interval), one at the finish.
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\r'), 2) << text;
+  EXPECT_NE(text.find("eval [###...........................] 1/10"), std::string::npos) << text;
+  EXPECT_NE(text.find("10/10"), std::string::npos) << text;
+  EXPECT_EQ(text.find("1000"), std::string::npos) << text;
+  EXPECT_EQ(text.back(), '\n');
+}
+
+TEST(Progress, SilentWhenNotATerminalOrTooShort) {
+  std::FILE* file = std::tmpfile();
+  ASSERT_NE(file, nullptr);
+  {
+    ProgressBar not_a_terminal(10, {.label = "x", .stream = file});
+    EXPECT_FALSE(not_a_terminal.enabled());
+    not_a_terminal.update(5);
+    ProgressBar short_step(10, {.label = "y", .force = true, .show_after_seconds = 3600.0,
+                                .stream = file});
+    short_step.update(5);
+    short_step.finish();
+  }
+  EXPECT_EQ(read_all(file), "");
+  std::fclose(file);
+}
+
+}  // namespace
+}  // namespace kascade
