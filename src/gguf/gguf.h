@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -106,5 +107,8 @@ class File {
 // Human-readable rendering of a value (arrays abbreviated), for `kascade info`.
 std::string to_string(const Value& value, size_t max_items = 8);
 const char* value_type_name(ValueType type);
+// Untrusted bytes made safe for one line of output: valid UTF-8 passes, control
+// characters, quotes, backslashes and invalid bytes are escaped (\n, \x80).
+std::string printable(std::string_view bytes);
 
 }  // namespace kascade::gguf
