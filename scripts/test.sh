@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The test command (what .ci/run calls): setup (packages, model, Release
+# build), the test suite, the suite again under AddressSanitizer and
+# UndefinedBehaviorSanitizer, then each fuzz target for a bounded time.
+# Ends with a line 'N passed, N failed' (tests and fuzz targets) and exits
+# non-zero if anything failed.
+#   KASCADE_SKIP_ASAN=1        skip the sanitizer build and its tests
+#   KASCADE_FUZZ_SECONDS=N     seconds per fuzz target (default 60; 0 skips fuzzing)
+set -uo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+readonly FUZZ_SECONDS="${KASCADE_FUZZ_SECONDS:-60}"
+JOBS="$(nproc)"
+readonly JOBS
+[[ "$FUZZ_SECONDS" =~ ^[0-9]+$ ]] || { echo "test: KASCADE_FUZZ_SECONDS must be a whole number, got '$FUZZ_SECONDS'" >&2; exit 2; }
+
+passed=0
+failed=0
+timings=()
+log_dir="$(mktemp -d)"
+trap 'rm -rf "$log_dir"' EXIT
+
+banner() { printf '\n==== %s ====\n' "$*"; }
+
+finish() {
+  banner "summary"
+  printf '%s\n' "${timings[@]}"
+  echo "$passed passed, $failed failed"
+  exit $((failed > 0))
+}
+
+# Runs a phase, records its time, and returns its status.
+timed() {
+  local name="$1" start=$SECONDS status
+  shift
+  banner "$name"
+  "$@"
+  status=$?
+  timings+=("$(printf '%-28s %5ds  %s' "$name" $((SECONDS - start)) "$([[ $status == 0 ]] && echo ok || echo FAILED)")")
+  return $status
+}
+
+# Runs ctest in a build dir and adds its counts to the totals.
+run_ctest() {
+  local build_dir="$1" log="$log_dir/ctest-$1.log" status summary
+  ctest --test-dir "$build_dir" --output-on-failure -j2 2>&1 | tee "$log"
+  status=${PIPESTATUS[0]}
+  summary="$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1)"
+  if [[ -z "$summary" ]]; then
+    echo "test: ctest in $build_dir reported no test results" >&2
+    failed=$((failed + 1))
+    return 1
+  fi
+  local failed_here total
+  failed_here="$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$summary")"
+  total="$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$summary")"
+  passed=$((passed + total - failed_here))
+  failed=$((failed + failed_here))
+  return "$status"
+}
+
+build_and_test_sanitized() {
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKASCADE_SANITIZE=ON \
+    -DKASCADE_BENCH=OFF >/dev/null || { failed=$((failed + 1)); return 1; }
+  cmake --build build-asan -j"$JOBS" || { failed=$((failed + 1)); return 1; }
+  ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1}" \
+    UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
+    run_ctest build-asan
+}
+
+fuzz_targets=()
+build_fuzzers() {
+  local source
+  for source in fuzz/fuzz_*.cc; do
+    [[ -f "$source" ]] && fuzz_targets+=("$(basename "$source" .cc)")
+  done
+  if ((${#fuzz_targets[@]} == 0)); then
+    echo "test: no fuzz targets in fuzz/"
+    return 0
+  fi
+  cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKASCADE_FUZZ=ON -DKASCADE_SANITIZE=ON \
+    -DKASCADE_TESTS=OFF -DKASCADE_BENCH=OFF >/dev/null || { failed=$((failed + 1)); return 1; }
+  cmake --build build-fuzz -j"$JOBS" --target "${fuzz_targets[@]}" || { failed=$((failed + 1)); return 1; }
+}
+
+# Fuzzes one target; new inputs go to build-fuzz/corpus/, never into git,
+# and fuzz/corpus_<name>/ (name without the fuzz_ prefix) seeds it.
+run_fuzzer() {
+  local target="$1" name="${1#fuzz_}"
+  local work_corpus="build-fuzz/corpus/$name" artifacts="build-fuzz/artifacts/$name"
+  local corpora=("$work_corpus")
+  [[ -d "fuzz/corpus_$name" ]] && corpora+=("fuzz/corpus_$name")
+  mkdir -p "$work_corpus" "$artifacts"
+  # The outer timeout only guards against a fuzzer that ignores its own limit.
+  if timeout $((FUZZ_SECONDS + 120)) "build-fuzz/$target" -max_total_time="$FUZZ_SECONDS" \
+      -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$artifacts/" \
+      "${corpora[@]}" 2>&1 | tail -n 60; [[ ${PIPESTATUS[0]} == 0 ]]; then
+    passed=$((passed + 1))
+  else
+    echo "test: $target failed; reproducer(s) in $artifacts/"
+    failed=$((failed + 1))
+    return 1
+  fi
+}
+
+if ! timed "setup and Release build" bash scripts/setup.sh; then
+  failed=$((failed + 1))
+  finish
+fi
+timed "tests (build/)" run_ctest build
+
+if [[ "${KASCADE_SKIP_ASAN:-0}" == 1 ]]; then
+  echo "test: KASCADE_SKIP_ASAN=1: skipping the sanitizer build"
+else
+  timed "sanitizer build and tests" build_and_test_sanitized
+fi
+
+if ((FUZZ_SECONDS == 0)); then
+  echo "test: KASCADE_FUZZ_SECONDS=0: skipping fuzzing"
+elif timed "fuzz build" build_fuzzers; then
+  for target in "${fuzz_targets[@]}"; do
+    timed "fuzz $target (${FUZZ_SECONDS}s)" run_fuzzer "$target"
+  done
+fi
+finish
