@@ -7,7 +7,7 @@
 // Timing: every repetition is preceded by a 256 MB write that evicts the L2,
 // is bracketed by CUDA events, and the median is reported.
 //
-// Usage: kascade_cuda_bench OUT.csv [decode|prefill|prefill_f16|all]
+// Usage: kascade_cuda_bench OUT.csv [decode|prefill|all]
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -333,7 +333,7 @@ void bench_prefill(const Shape& s, const kc::Budget& budget, int tile, Timer& ti
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: kascade_cuda_bench OUT.csv [decode|prefill|prefill_f16|all]\n");
+    std::fprintf(stderr, "usage: kascade_cuda_bench OUT.csv [decode|prefill|all]\n");
     return 2;
   }
   const std::string what = argc > 2 ? argv[2] : "all";
@@ -352,10 +352,6 @@ int main(int argc, char** argv) {
           for (int n : {8192, 32768, 65536, 131072})
             bench_decode(Shape{bf16, batch, 32, 8, 128, n}, budget, timer, 20, batch == 64);
       for (int n : {8192, 32768}) bench_decode(Shape{false, 64, 9, 3, 64, n}, budget, timer, 20, false);
-    }
-    if (what == "prefill_f16") {  // the fp16 Llama shapes only (A/B runs of prefill variants)
-      for (int n : {8192, 32768, 65536, 131072})
-        bench_prefill(Shape{false, 1, 32, 8, 128, n}, budget, 32, timer, n >= 65536 ? 3 : 5);
     }
     if (what == "all" || what == "prefill") {
       for (bool bf16 : {false, true})

@@ -102,15 +102,16 @@ def main():
             try:
                 ms, mode = bench(dtype, H, G, d, B, N, reps)
             except Exception as error:  # report, keep going
-                print(f"cudnn {key}: {error}", flush=True)
+                print(f"cudnn {key}: {error}", file=sys.stderr, flush=True)
                 ms, mode = float("nan"), "failed"
             baseline[key] = (ms, mode)
             f.write(f"{section},{dtype_name},{H},{G},{d},{B},{N},{ms:.6f},{mode}\n")
-            print(f"cudnn {section} {dtype_name} H={H} G={G} d={d} B={B} N={N}: {ms:.3f} ms ({mode})", flush=True)
+            print(f"cudnn {section} {dtype_name} H={H} G={G} d={d} B={B} N={N}: {ms:.3f} ms ({mode})",
+                  file=sys.stderr, flush=True)
 
     header = (f"{'shape':<34} {'cuDNN':>8} {'dense':>8} {'anch0':>8} {'anchor':>8} {'reuse':>8} {'avg32':>8} "
               f"{'speedup':>7} {'dense/cuDNN':>11} {'rate dense|reuse':>17} {'extra MB':>9}")
-    print("\nTimes in ms (medians, cold L2). rate: TB/s (decode), TFLOP/s (prefill, useful FLOPs).")
+    print("Times in ms (medians, cold L2). rate: TB/s (decode), TFLOP/s (prefill, useful FLOPs).")
     print(header)
     for key, impls in shapes.items():
         section, dtype_name, H, G, d, B, N = key

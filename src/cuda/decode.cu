@@ -310,10 +310,10 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const DecodeParams p)
   }
 }
 
-constexpr int kSelectThreads = 1024;
+constexpr int kSelectThreads = 512;
 
 // One block per (sequence, KV head): pooled scores into scratch, then radix select.
-__global__ void __launch_bounds__(kSelectThreads) pooled_select_decode_kernel(const PooledSelectParams p) {
+__global__ void __launch_bounds__(kSelectThreads, 2) pooled_select_decode_kernel(const PooledSelectParams p) {
   __shared__ RadixSelectShared<kSelectThreads> select_shared;
   extern __shared__ float group_lse2[];  // [group], log2 units
   const int kv_head = blockIdx.x, b = blockIdx.y;
@@ -323,24 +323,26 @@ __global__ void __launch_bounds__(kSelectThreads) pooled_select_decode_kernel(co
   for (int r = threadIdx.x; r < p.group; r += kSelectThreads) group_lse2[r] = p.lse[head_row0 + r] * 1.4426950408889634f;
   __syncthreads();
   float* pooled = p.pooled + (int64_t(b) * p.n_kv_heads + kv_head) * p.score_stride;
-  // The first radix digit's histogram is built while the pooled scores are written.
-  for (int i = threadIdx.x; i < RadixSelectShared<kSelectThreads>::kBins; i += kSelectThreads)
-    select_shared.histogram[i] = 0;
+  // The keys' range is reduced while the pooled scores are written.
+  reset_key_range(select_shared);
   __syncthreads();
+  uint32_t low = 0xffffffffu, high = 0u;
   for (int j = threadIdx.x; j < n; j += kSelectThreads) {
     float sum = 0.f;
     for (int r = 0; r < p.group; ++r) sum += exp2f(p.scores[(head_row0 + r) * p.score_stride + j] - group_lse2[r]);
     pooled[j] = sum;
-    atomicAdd(&select_shared.histogram[first_radix_digit(sum)], 1u);
+    const uint32_t key = float_order_key(sum);
+    low = min(low, key);
+    high = max(high, key);
   }
-  __syncthreads();
+  detail::reduce_key_range(low, high, select_shared);
   select_top_k_block<kSelectThreads>(pooled, n, k, p.indices + (int64_t(b) * p.n_kv_heads + kv_head) * p.index_stride,
                                      select_shared, true);
   if (kv_head == 0 && threadIdx.x == 0) p.counts[b] = min(k, n);
 }
 
 // One block per row of the standalone top-k.
-__global__ void __launch_bounds__(kSelectThreads) top_k_kernel(const float* values, int64_t row_stride,
+__global__ void __launch_bounds__(kSelectThreads, 2) top_k_kernel(const float* values, int64_t row_stride,
                                                                 const int* lengths, const int* k, int* out,
                                                                 int64_t out_stride) {
   __shared__ RadixSelectShared<kSelectThreads> select_shared;

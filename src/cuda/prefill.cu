@@ -8,7 +8,6 @@
 // memory. Eight warps own 16 rows each; K/V chunks of 32 or 64 keys stream
 // through a two-stage cp.async pipeline.
 #include <cmath>
-#include <cstdlib>
 
 #include "cuda/device_common.cuh"
 #include "cuda/kernels.h"
@@ -84,18 +83,31 @@ struct KeyList {
   }
 };
 
+// Positions of the keys this thread copies for the chunk at key0: read one
+// chunk ahead so that a gather never waits on its index load.
+template <int kHeadDim, bool kReadValues, int kRowTiles>
+__device__ __forceinline__ void load_positions(const KeyList& keys, int key0,
+                                               int (&positions)[PrefillConfig<kHeadDim, kReadValues, kRowTiles>::kPiecesPerThread]) {
+  using Config = PrefillConfig<kHeadDim, kReadValues, kRowTiles>;
+#pragma unroll
+  for (int e = 0; e < Config::kPiecesPerThread; ++e) {
+    const int v = key0 + (threadIdx.x + Config::kThreads * e) / (kHeadDim / 8);
+    positions[e] = v < keys.total ? keys.position(v) : 0;
+  }
+}
+
 template <typename T, int kHeadDim, bool kReadValues, int kRowTiles>
-__device__ __forceinline__ void issue_key_chunk(const KeyList& keys, int key0, const T* key_base, const T* value_base,
-                                                uint32_t stage) {
+__device__ __forceinline__ void issue_key_chunk(const KeyList& keys, int key0,
+                                                const int (&positions)[PrefillConfig<kHeadDim, kReadValues, kRowTiles>::kPiecesPerThread],
+                                                const T* key_base, const T* value_base, uint32_t stage) {
   using Config = PrefillConfig<kHeadDim, kReadValues, kRowTiles>;
   constexpr int kChunks = kHeadDim / 8;
 #pragma unroll
   for (int e = 0; e < Config::kPiecesPerThread; ++e) {
     const int piece = threadIdx.x + Config::kThreads * e;
     const int row = piece / kChunks, chunk = piece % kChunks;
-    const int v = key0 + row;
-    const bool valid = v < keys.total;
-    const int64_t element = valid ? int64_t(keys.position(v)) * kHeadDim + chunk * 8 : 0;
+    const bool valid = key0 + row < keys.total;
+    const int64_t element = valid ? int64_t(positions[e]) * kHeadDim + chunk * 8 : 0;
     const uint32_t offset = SwizzledTile<kHeadDim>::offset(row, chunk);
     cp_async_16(stage + offset, key_base + element, valid);
     if constexpr (kReadValues) cp_async_16(stage + Config::kTileBytes + offset, value_base + element, valid);
@@ -173,7 +185,10 @@ __global__ void __launch_bounds__(PrefillConfig<kHeadDim, kMode == PrefillMode::
   load_query_rows<T, kHeadDim, Config::kThreads>(static_cast<const T*>(p.queries), b, p.max_seq_len, p.n_heads, q0,
                                                  p.block_queries, p.group, kv_head, seq_len, row_base, query_tile);
   const int n_chunks = (keys.total + kChunkKeys - 1) / kChunkKeys;
-  issue_key_chunk<T, kHeadDim, kReadValues, kRowTiles>(keys, 0, key_base, value_base, stages);  // commits Q too
+  int positions[Config::kPiecesPerThread];
+  load_positions<kHeadDim, kReadValues, kRowTiles>(keys, 0, positions);
+  issue_key_chunk<T, kHeadDim, kReadValues, kRowTiles>(keys, 0, positions, key_base, value_base, stages);  // + Q
+  if (n_chunks > 1) load_positions<kHeadDim, kReadValues, kRowTiles>(keys, kChunkKeys, positions);
 
   RowInfo rows[kRowTiles][2];
 #pragma unroll
@@ -194,8 +209,9 @@ __global__ void __launch_bounds__(PrefillConfig<kHeadDim, kMode == PrefillMode::
 
   for (int c = 0; c < n_chunks; ++c) {
     if (c + 1 < n_chunks) {
-      issue_key_chunk<T, kHeadDim, kReadValues, kRowTiles>(keys, (c + 1) * kChunkKeys, key_base, value_base,
+      issue_key_chunk<T, kHeadDim, kReadValues, kRowTiles>(keys, (c + 1) * kChunkKeys, positions, key_base, value_base,
                                                            stages + ((c + 1) & 1) * Config::kStageBytes);
+      if (c + 2 < n_chunks) load_positions<kHeadDim, kReadValues, kRowTiles>(keys, (c + 2) * kChunkKeys, positions);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
@@ -454,34 +470,20 @@ const KernelInfo& prefill_kernel_info() {
   return info;
 }
 
-template <typename T, int kHeadDim, int kRowTiles>
-const KernelInfo& prefill_kernel_for_tiles(PrefillKeys keys, PrefillMode mode) {
-  if (mode == PrefillMode::LseOnly) {
-    if (keys != PrefillKeys::Causal) unsupported("prefill mode (LSE of a selected-key pass)", int(keys));
-    return prefill_kernel_info<T, kHeadDim, PrefillKeys::Causal, PrefillMode::LseOnly, kRowTiles>();
-  }
-  return keys == PrefillKeys::Causal
-             ? prefill_kernel_info<T, kHeadDim, PrefillKeys::Causal, PrefillMode::Attend, kRowTiles>()
-             : prefill_kernel_info<T, kHeadDim, PrefillKeys::Selected, PrefillMode::Attend, kRowTiles>();
-}
-
-// Warps of two row tiles where the registers hold them (head_dim <= 128).
-// KASCADE_PREFILL_ROW_TILES=1 forces one (tuning).
-int row_tiles_for(int head_dim) {
-  static const int forced = [] {
-    const char* value = std::getenv("KASCADE_PREFILL_ROW_TILES");
-    return value ? std::atoi(value) : 0;
-  }();
-  if (head_dim > 128) return 1;
-  return forced == 1 ? 1 : 2;
-}
-
+// Causal passes (dense, LSE) run warps of two row tiles where the registers
+// hold them (head_dim <= 128): each K/V fragment then feeds two products
+// (+17 % measured). Gathers keep one row tile and twice the warps, which
+// hide the gather latency better (run 2 of docs/cuda_results.md).
 template <typename T, int kHeadDim>
 const KernelInfo& prefill_kernel_for_dim(PrefillKeys keys, PrefillMode mode) {
-  if constexpr (kHeadDim <= 128) {
-    if (row_tiles_for(kHeadDim) == 2) return prefill_kernel_for_tiles<T, kHeadDim, 2>(keys, mode);
+  constexpr int kCausalRowTiles = kHeadDim <= 128 ? 2 : 1;
+  if (keys == PrefillKeys::Selected) {
+    if (mode != PrefillMode::Attend) unsupported("prefill mode (LSE of a selected-key pass)", int(mode));
+    return prefill_kernel_info<T, kHeadDim, PrefillKeys::Selected, PrefillMode::Attend, 1>();
   }
-  return prefill_kernel_for_tiles<T, kHeadDim, 1>(keys, mode);
+  return mode == PrefillMode::LseOnly
+             ? prefill_kernel_info<T, kHeadDim, PrefillKeys::Causal, PrefillMode::LseOnly, kCausalRowTiles>()
+             : prefill_kernel_info<T, kHeadDim, PrefillKeys::Causal, PrefillMode::Attend, kCausalRowTiles>();
 }
 
 template <typename T>

@@ -2,9 +2,11 @@
 // reference's select_top_k: the k largest values of a row, ties broken toward
 // the lower index, indices written in ascending order.
 //
-// The values are mapped onto order-preserving uint32 keys and the k-th
-// largest key is found digit by digit (11, 11, then 10 bits) with shared
-// histograms. It stops early when the bin holding the k-th key is taken
+// The values are mapped onto order-preserving uint32 keys. The bits above the
+// highest bit in which the row's smallest and largest keys differ are common
+// to every key, so the k-th largest key is found digit by digit (11 bits at a
+// time) below them: the first digit then spreads even a narrow distribution
+// over many bins. It stops early when the bin holding the k-th key is taken
 // whole, and once that bin holds few keys they are compacted into shared
 // memory so later digits never re-read the row. A final pass in index order
 // takes every key above the threshold and the first `remaining` equal ones.
@@ -24,16 +26,29 @@ struct RadixSelectShared {
   uint32_t candidates[kCandidates];
   unsigned int warp_totals[kWarps];
   unsigned int candidate_count;
+  unsigned int min_key, max_key;  // the row's key range
   unsigned int digit;
   unsigned int remaining;
   unsigned int bin_count;
 };
 
-// The first digit (bits 31..21): callers that produce the values may build
-// its histogram as they write them and skip a pass.
-__device__ __forceinline__ uint32_t first_radix_digit(float value) { return float_order_key(value) >> 21; }
-
 namespace detail {
+
+// Folds per-thread key ranges into shared.min_key / max_key (which must hold
+// 0xffffffff / 0 beforehand). Ends with a barrier.
+template <int kThreads>
+__device__ __forceinline__ void reduce_key_range(uint32_t low, uint32_t high, RadixSelectShared<kThreads>& shared) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    low = min(low, __shfl_xor_sync(0xffffffffu, low, offset));
+    high = max(high, __shfl_xor_sync(0xffffffffu, high, offset));
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicMin(&shared.min_key, low);
+    atomicMax(&shared.max_key, high);
+  }
+  __syncthreads();
+}
 
 // Exclusive prefix of `count` over the block (in thread order) and the block
 // total; uses warp shuffles and one shared slot per warp. Two barriers.
@@ -92,13 +107,23 @@ __device__ __forceinline__ void find_threshold_bin(unsigned int remaining, Radix
 
 }  // namespace detail
 
+// Prepares shared.min_key / max_key before a caller accumulates a range.
+template <int kThreads>
+__device__ __forceinline__ void reset_key_range(RadixSelectShared<kThreads>& shared) {
+  if (threadIdx.x == 0) {
+    shared.min_key = 0xffffffffu;
+    shared.max_key = 0u;
+  }
+}
+
 // Selects the k largest of values[0, n) into out[0, k) in ascending index
 // order. All threads of the block must call it; it ends with a barrier. With
-// first_histogram_ready the caller has zeroed shared.histogram and added 1
-// to bin first_radix_digit(v) for every value, then synchronised.
+// range_ready the caller has already reduced the keys' range into shared
+// (reset_key_range, then detail::reduce_key_range over every value), saving
+// a pass over the row.
 template <int kThreads>
 __device__ void select_top_k_block(const float* values, int n, int k, int* out, RadixSelectShared<kThreads>& shared,
-                                   bool first_histogram_ready = false) {
+                                   bool range_ready = false) {
   using Shared = RadixSelectShared<kThreads>;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -109,46 +134,61 @@ __device__ void select_top_k_block(const float* values, int n, int k, int* out, 
   }
   if (k <= 0) return;
 
-  uint32_t prefix = 0, mask = 0;  // the threshold's bits found so far
+  if (!range_ready) {
+    reset_key_range(shared);
+    __syncthreads();
+    uint32_t low = 0xffffffffu, high = 0u;
+    for (int i = tid; i < n; i += kThreads) {
+      const uint32_t key = float_order_key(values[i]);
+      low = min(low, key);
+      high = max(high, key);
+    }
+    detail::reduce_key_range(low, high, shared);
+  }
+  const uint32_t min_key = shared.min_key, max_key = shared.max_key;
+  // Bits above the highest differing one are common: they start the threshold.
+  int high_bit = min_key == max_key ? -1 : 31 - __clz(min_key ^ max_key);
+  uint32_t mask = high_bit < 0 ? 0xffffffffu : high_bit == 31 ? 0u : ~((2u << high_bit) - 1u);
+  uint32_t prefix = min_key & mask;
   unsigned int remaining = static_cast<unsigned int>(k);
   bool compacted = false;
-  for (int pass = 0; pass < 3; ++pass) {
-    const int shift = pass == 0 ? 21 : (pass == 1 ? 10 : 0);
-    const uint32_t digit_mask = pass == 2 ? 0x3ffu : 0x7ffu;
-    if (pass > 0 || !first_histogram_ready) {
-      for (int i = tid; i < Shared::kBins; i += kThreads) shared.histogram[i] = 0;
-      __syncthreads();
-      if (compacted) {
-        for (unsigned int i = tid; i < shared.candidate_count; i += kThreads) {
-          const uint32_t key = shared.candidates[i];
-          if ((key & mask) == prefix) atomicAdd(&shared.histogram[(key >> shift) & digit_mask], 1u);
+  while (high_bit >= 0) {
+    const int width = high_bit + 1 < 11 ? high_bit + 1 : 11;
+    const int shift = high_bit + 1 - width;
+    const uint32_t digit_mask = (1u << width) - 1u;
+    high_bit = shift - 1;
+    for (int i = tid; i < Shared::kBins; i += kThreads) shared.histogram[i] = 0;
+    __syncthreads();
+    if (compacted) {
+      for (unsigned int i = tid; i < shared.candidate_count; i += kThreads) {
+        const uint32_t key = shared.candidates[i];
+        if ((key & mask) == prefix) atomicAdd(&shared.histogram[(key >> shift) & digit_mask], 1u);
+      }
+    } else {
+      // Four independent loads per thread in flight.
+      for (int base = 0; base < n; base += 4 * kThreads) {
+        float loaded[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = base + e * kThreads + tid;
+          loaded[e] = i < n ? values[i] : 0.f;
         }
-      } else {
-        // Four independent loads per thread in flight.
-        for (int base = 0; base < n; base += 4 * kThreads) {
-          float loaded[4];
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int i = base + e * kThreads + tid;
-            loaded[e] = i < n ? values[i] : 0.f;
-          }
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const uint32_t key = float_order_key(loaded[e]);
-            if (base + e * kThreads + tid < n && (key & mask) == prefix)
-              atomicAdd(&shared.histogram[(key >> shift) & digit_mask], 1u);
-          }
+        for (int e = 0; e < 4; ++e) {
+          const uint32_t key = float_order_key(loaded[e]);
+          if (base + e * kThreads + tid < n && (key & mask) == prefix)
+            atomicAdd(&shared.histogram[(key >> shift) & digit_mask], 1u);
         }
       }
-      __syncthreads();
     }
+    __syncthreads();
     detail::find_threshold_bin<kThreads>(remaining, shared);
     prefix |= shared.digit << shift;
     mask |= digit_mask << shift;
     remaining = shared.remaining;
     const unsigned int bin_count = shared.bin_count;
     if (bin_count == remaining) break;  // the whole bin is taken: no finer digit matters
-    if (pass < 2 && !compacted && bin_count <= Shared::kCandidates) {
+    if (high_bit >= 0 && !compacted && bin_count <= Shared::kCandidates) {
       if (tid == 0) shared.candidate_count = 0;
       __syncthreads();
       for (int base = 0; base < n; base += kThreads) {
@@ -164,7 +204,7 @@ __device__ void select_top_k_block(const float* values, int n, int k, int* out, 
       __syncthreads();
       compacted = true;
     }
-    __syncthreads();  // digit/remaining/bin_count are rewritten by the next pass
+    __syncthreads();  // digit/remaining/bin_count are rewritten by the next digit
   }
 
   // Final pass in index order: each thread owns 8 consecutive elements per round.
