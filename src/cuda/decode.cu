@@ -327,13 +327,32 @@ __global__ void __launch_bounds__(kSelectThreads, 2) pooled_select_decode_kernel
   reset_key_range(select_shared);
   __syncthreads();
   uint32_t low = 0xffffffffu, high = 0u;
-  for (int j = threadIdx.x; j < n; j += kSelectThreads) {
-    float sum = 0.f;
-    for (int r = 0; r < p.group; ++r) sum += exp2f(p.scores[(head_row0 + r) * p.score_stride + j] - group_lse2[r]);
-    pooled[j] = sum;
-    const uint32_t key = float_order_key(sum);
-    low = min(low, key);
-    high = max(high, key);
+  // Four positions per thread per step keep 4 x g score loads in flight.
+  constexpr int kUnroll = 4;
+  for (int base = 0; base < n; base += kUnroll * kSelectThreads) {
+    float sum[kUnroll] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 2
+    for (int r = 0; r < p.group; ++r) {
+      const float* scores = p.scores + (head_row0 + r) * p.score_stride;
+      float loaded[kUnroll];
+#pragma unroll
+      for (int e = 0; e < kUnroll; ++e) {
+        const int j = base + e * kSelectThreads + threadIdx.x;
+        loaded[e] = j < n ? scores[j] : -INFINITY;
+      }
+#pragma unroll
+      for (int e = 0; e < kUnroll; ++e) sum[e] += exp2f(loaded[e] - group_lse2[r]);
+    }
+#pragma unroll
+    for (int e = 0; e < kUnroll; ++e) {
+      const int j = base + e * kSelectThreads + threadIdx.x;
+      if (j < n) {
+        pooled[j] = sum[e];
+        const uint32_t key = float_order_key(sum[e]);
+        low = min(low, key);
+        high = max(high, key);
+      }
+    }
   }
   detail::reduce_key_range(low, high, select_shared);
   select_top_k_block<kSelectThreads>(pooled, n, k, p.indices + (int64_t(b) * p.n_kv_heads + kv_head) * p.index_stride,

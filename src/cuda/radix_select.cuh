@@ -138,10 +138,21 @@ __device__ void select_top_k_block(const float* values, int n, int k, int* out, 
     reset_key_range(shared);
     __syncthreads();
     uint32_t low = 0xffffffffu, high = 0u;
-    for (int i = tid; i < n; i += kThreads) {
-      const uint32_t key = float_order_key(values[i]);
-      low = min(low, key);
-      high = max(high, key);
+    for (int base = 0; base < n; base += 4 * kThreads) {
+      float loaded[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = base + e * kThreads + tid;
+        loaded[e] = i < n ? values[i] : 0.f;
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (base + e * kThreads + tid < n) {
+          const uint32_t key = float_order_key(loaded[e]);
+          low = min(low, key);
+          high = max(high, key);
+        }
+      }
     }
     detail::reduce_key_range(low, high, shared);
   }
@@ -191,15 +202,23 @@ __device__ void select_top_k_block(const float* values, int n, int k, int* out, 
     if (high_bit >= 0 && !compacted && bin_count <= Shared::kCandidates) {
       if (tid == 0) shared.candidate_count = 0;
       __syncthreads();
-      for (int base = 0; base < n; base += kThreads) {
-        const int i = base + tid;
-        const uint32_t key = i < n ? float_order_key(values[i]) : 0u;
-        const bool match = i < n && (key & mask) == prefix;
-        const unsigned int ballot = __ballot_sync(0xffffffffu, match);
-        unsigned int slot = 0;
-        if (lane == 0 && ballot) slot = atomicAdd(&shared.candidate_count, __popc(ballot));
-        slot = __shfl_sync(0xffffffffu, slot, 0);
-        if (match) shared.candidates[slot + __popc(ballot & ((1u << lane) - 1))] = key;
+      for (int base = 0; base < n; base += 4 * kThreads) {
+        float loaded[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = base + e * kThreads + tid;
+          loaded[e] = i < n ? values[i] : 0.f;
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const uint32_t key = float_order_key(loaded[e]);
+          const bool match = base + e * kThreads + tid < n && (key & mask) == prefix;
+          const unsigned int ballot = __ballot_sync(0xffffffffu, match);
+          unsigned int slot = 0;
+          if (lane == 0 && ballot) slot = atomicAdd(&shared.candidate_count, __popc(ballot));
+          slot = __shfl_sync(0xffffffffu, slot, 0);
+          if (match) shared.candidates[slot + __popc(ballot & ((1u << lane) - 1))] = key;
+        }
       }
       __syncthreads();
       compacted = true;
