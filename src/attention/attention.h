@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kascade::attention {
 
@@ -61,8 +62,35 @@ class Strategy {
   // Forget all cross-layer state: a new sequence starts at position 0.
   virtual void reset() {}
   virtual void forward(const Step& step) = 0;
+  // Diagnostics (off the fast path): the keys, ascending, that query q of the
+  // step just passed to forward() attended with query head `head`. The
+  // default, dense, is every key up to the query's position.
+  virtual void kept_keys(const Step& step, int64_t q, int head, std::vector<int32_t>& keys) const;
 };
 
 std::unique_ptr<Strategy> make_dense(const Shape& shape);
+
+// What one layer's attention kept at one step, measured against dense.
+struct LayerReport {
+  int layer = 0;
+  Phase phase = Phase::Prefill;
+  int64_t first_position = 0;
+  int64_t n_queries = 0;
+  double mean_kept_mass = 0;  // dense softmax mass on the kept keys, mean over rows and heads
+  double min_kept_mass = 0;   // ... and its minimum
+  double mean_kept_keys = 0;  // keys attended, mean over rows and heads
+  double relative_error = 0;  // ||out - dense|| / ||dense|| over the step's outputs
+};
+
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  virtual void on_layer(const LayerReport& report) = 0;
+};
+
+// Wraps a strategy so that each forward() is also compared with dense
+// attention and reported to `observer` (several times slower: for reports).
+std::unique_ptr<Strategy> with_diagnostics(std::unique_ptr<Strategy> inner, const Shape& shape,
+                                           Observer& observer);
 
 }  // namespace kascade::attention

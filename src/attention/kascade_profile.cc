@@ -1,0 +1,219 @@
+// Kascade profiles: validation, defaults, JSON load/save (see kascade_profile.h).
+#include "attention/kascade_profile.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace kascade::attention {
+
+using nlohmann::json;
+
+void validate_profile(const KascadeProfile& profile, const Shape& shape) {
+  const int L = shape.n_layers, G = shape.n_kv_heads;
+  const ModelIdentity& model = profile.model;
+  if (model.n_layers != L || model.n_heads != shape.n_heads || model.n_kv_heads != G ||
+      model.head_dim != shape.head_dim)
+    fail("profile: made for {} layers, {} heads, {} KV heads, head_dim {}; the model has {}, {}, "
+         "{}, {}",
+         model.n_layers, model.n_heads, model.n_kv_heads, model.head_dim, L, shape.n_heads, G,
+         shape.head_dim);
+  if (profile.anchors.empty() || profile.anchors[0] != 0)
+    fail("profile: anchors must start at layer 0");
+  for (size_t i = 0; i < profile.anchors.size(); ++i) {
+    const int a = profile.anchors[i];
+    if (a < 0 || a >= L) fail("profile: anchors[{}] = {} outside [0, {})", i, a, L);
+    if (i > 0 && a <= profile.anchors[i - 1])
+      fail("profile: anchors must be strictly ascending (anchors[{}] = {} after {})", i, a,
+           profile.anchors[i - 1]);
+  }
+  if (int(profile.head_map.size()) != L)
+    fail("profile: head_map has {} rows, expected one per layer ({})", profile.head_map.size(), L);
+  for (int j = 0; j < L; ++j) {
+    const std::vector<int>& row = profile.head_map[j];
+    if (int(row.size()) != G)
+      fail("profile: head_map[{}] has {} entries, expected one per KV head ({})", j, row.size(), G);
+    const bool anchor = std::binary_search(profile.anchors.begin(), profile.anchors.end(), j);
+    for (int h = 0; h < G; ++h) {
+      if (row[h] < 0 || row[h] >= G)
+        fail("profile: head_map[{}][{}] = {} outside [0, {})", j, h, row[h], G);
+      if (anchor && row[h] != h)
+        fail("profile: head_map[{}] must be the identity on anchor layer {} (entry {} is {})", j,
+             j, h, row[h]);
+    }
+  }
+  if (!profile.similarity.empty()) {
+    if (int(profile.similarity.size()) != L)
+      fail("profile: similarity has {} rows, expected {}", profile.similarity.size(), L);
+    for (int a = 0; a < L; ++a)
+      if (int(profile.similarity[a].size()) != L)
+        fail("profile: similarity[{}] has {} entries, expected {}", a, profile.similarity[a].size(),
+             L);
+  }
+  if (!profile.importance.empty() && int(profile.importance.size()) != L)
+    fail("profile: importance has {} entries, expected {}", profile.importance.size(), L);
+  for (size_t i = 0; i < profile.dp_scores.size(); ++i)
+    for (int a : profile.dp_scores[i].anchors)
+      if (a < 0 || a >= L) fail("profile: dp_scores[{}] names layer {} outside [0, {})", i, a, L);
+}
+
+KascadeProfile default_profile(const Shape& shape) {
+  KascadeProfile profile;
+  profile.model = {"", "", shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim};
+  constexpr int kAnchors = 5;
+  for (int i = 0; i < kAnchors; ++i) {
+    const int layer = int(std::lround(double(i) * shape.n_layers / kAnchors));
+    if (profile.anchors.empty() || layer > profile.anchors.back()) profile.anchors.push_back(layer);
+  }
+  std::vector<int> identity(size_t(shape.n_kv_heads));
+  for (int h = 0; h < shape.n_kv_heads; ++h) identity[h] = h;
+  profile.head_map.assign(size_t(shape.n_layers), identity);
+  return profile;
+}
+
+json profile_to_json(const KascadeProfile& profile) {
+  const ModelIdentity& m = profile.model;
+  const CalibrationSettings& c = profile.calibration;
+  json out;
+  out["model"] = {{"architecture", m.architecture}, {"name", m.name},
+                  {"n_layers", m.n_layers},         {"n_heads", m.n_heads},
+                  {"n_kv_heads", m.n_kv_heads},     {"head_dim", m.head_dim}};
+  out["weights_fingerprint"] = profile.weights_fingerprint;
+  out["calibration"] = {{"dev_set", c.dev_set},
+                        {"n_prompts", c.n_prompts},
+                        {"prompt_tokens", c.prompt_tokens},
+                        {"selected_keys", c.selected_keys},
+                        {"tile", c.tile},
+                        {"seed", c.seed}};
+  out["anchors"] = profile.anchors;
+  out["head_map"] = profile.head_map;
+  if (!profile.similarity.empty()) out["similarity"] = profile.similarity;
+  if (!profile.importance.empty()) out["importance"] = profile.importance;
+  if (!profile.dp_scores.empty()) {
+    json scores = json::array();
+    for (const AnchorChoice& choice : profile.dp_scores)
+      scores.push_back(
+          {{"n_anchors", choice.n_anchors}, {"score", choice.score}, {"anchors", choice.anchors}});
+    out["dp_scores"] = scores;
+  }
+  return out;
+}
+
+namespace {
+
+// Typed access to JSON fields with errors naming the source and field path.
+class Reader {
+ public:
+  explicit Reader(std::string_view source) : source_(source) {}
+
+  const json& field(const json& object, const std::string& key, const std::string& path) const {
+    if (!object.is_object()) fail("{}: {} is not an object", source_, path);
+    auto it = object.find(key);
+    if (it == object.end()) fail("{}: missing field {}.{}", source_, path, key);
+    return *it;
+  }
+
+  template <typename T>
+  T get(const json& value, const std::string& path) const {
+    try {
+      return value.get<T>();
+    } catch (const json::exception&) {
+      fail("{}: field {} has the wrong type ({})", source_, path, value.type_name());
+    }
+  }
+
+  template <typename T>
+  T get(const json& object, const std::string& key, const std::string& path) const {
+    return get<T>(field(object, key, path), path + "." + key);
+  }
+
+  template <typename T>
+  T optional(const json& object, const std::string& key, const std::string& path,
+             T fallback) const {
+    if (!object.contains(key)) return fallback;
+    return get<T>(object, key, path);
+  }
+
+ private:
+  std::string source_;
+};
+
+}  // namespace
+
+KascadeProfile profile_from_json(const json& in, std::string_view source) {
+  const Reader reader(source);
+  KascadeProfile profile;
+  const json& model = reader.field(in, "model", "profile");
+  profile.model.architecture = reader.get<std::string>(model, "architecture", "model");
+  profile.model.name = reader.get<std::string>(model, "name", "model");
+  profile.model.n_layers = reader.get<int>(model, "n_layers", "model");
+  profile.model.n_heads = reader.get<int>(model, "n_heads", "model");
+  profile.model.n_kv_heads = reader.get<int>(model, "n_kv_heads", "model");
+  profile.model.head_dim = reader.get<int>(model, "head_dim", "model");
+  profile.weights_fingerprint = reader.get<std::string>(in, "weights_fingerprint", "profile");
+  if (in.contains("calibration")) {
+    const json& c = in["calibration"];
+    CalibrationSettings& s = profile.calibration;
+    s.dev_set = reader.optional<std::string>(c, "dev_set", "calibration", s.dev_set);
+    s.n_prompts = reader.optional<int64_t>(c, "n_prompts", "calibration", s.n_prompts);
+    s.prompt_tokens = reader.optional<int64_t>(c, "prompt_tokens", "calibration", s.prompt_tokens);
+    s.selected_keys = reader.optional<int64_t>(c, "selected_keys", "calibration", s.selected_keys);
+    s.tile = reader.optional<int64_t>(c, "tile", "calibration", s.tile);
+    s.seed = reader.optional<uint64_t>(c, "seed", "calibration", s.seed);
+  }
+  profile.anchors = reader.get<std::vector<int>>(in, "anchors", "profile");
+  profile.head_map = reader.get<std::vector<std::vector<int>>>(in, "head_map", "profile");
+  profile.similarity =
+      reader.optional<std::vector<std::vector<double>>>(in, "similarity", "profile", {});
+  profile.importance = reader.optional<std::vector<double>>(in, "importance", "profile", {});
+  if (in.contains("dp_scores")) {
+    const json& scores = in["dp_scores"];
+    if (!scores.is_array()) fail("{}: field profile.dp_scores is not an array", source);
+    for (size_t i = 0; i < scores.size(); ++i) {
+      const std::string path = "dp_scores[" + std::to_string(i) + "]";
+      profile.dp_scores.push_back({reader.get<int>(scores[i], "n_anchors", path),
+                                   reader.get<double>(scores[i], "score", path),
+                                   reader.get<std::vector<int>>(scores[i], "anchors", path)});
+    }
+  }
+  return profile;
+}
+
+KascadeProfile load_profile(const std::string& path, const Shape& shape) {
+  std::ifstream file(path);
+  if (!file) fail("cannot open profile {}", path);
+  json in;
+  try {
+    in = json::parse(file);
+  } catch (const json::parse_error& e) {
+    fail("{}: malformed JSON at byte {}", path, e.byte);
+  }
+  KascadeProfile profile = profile_from_json(in, path);
+  try {
+    validate_profile(profile, shape);
+  } catch (const Error& e) {
+    fail("{}: {}", path, e.what());
+  }
+  return profile;
+}
+
+void save_profile(const KascadeProfile& profile, const std::string& path) {
+  std::ofstream file(path);
+  if (!file) fail("cannot write profile {}", path);
+  file << profile_to_json(profile).dump(2) << "\n";
+  if (!file) fail("error writing profile {}", path);
+}
+
+void check_fingerprint(const KascadeProfile& profile, std::string_view weights_fingerprint) {
+  if (profile.weights_fingerprint != weights_fingerprint)
+    fail("profile was calibrated for weights {} but the model's weights are {}",
+         profile.weights_fingerprint.empty() ? "(none recorded)" : profile.weights_fingerprint,
+         weights_fingerprint);
+}
+
+}  // namespace kascade::attention

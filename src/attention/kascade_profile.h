@@ -1,0 +1,79 @@
+// A Kascade calibration profile: which layers are anchors and which anchor KV
+// head each reuse layer's KV head reads (KASCADE.md, "Calibration"), plus the
+// model identity and weights fingerprint it was made for, the calibration
+// settings, and optional statistics for reports. Stored as JSON; loading
+// validates every field and names the file and field on error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "attention/attention.h"
+
+namespace kascade::attention {
+
+struct ModelIdentity {
+  std::string architecture;  // e.g. "llama"
+  std::string name;
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+};
+
+struct CalibrationSettings {
+  std::string dev_set;          // name or path of the development set
+  int64_t n_prompts = 0;
+  int64_t prompt_tokens = 0;    // tokens per prompt (or the maximum)
+  int64_t selected_keys = 32;   // calibration budget (keys kept per selection)
+  int64_t tile = 32;            // prefill query tile
+  uint64_t seed = 0;
+};
+
+// The dynamic programme's best anchor set for one anchor count.
+struct AnchorChoice {
+  int n_anchors = 0;
+  double score = 0;  // sum_j w_j * sim(anchor(j), j)
+  std::vector<int> anchors;
+};
+
+struct KascadeProfile {
+  ModelIdentity model;
+  std::string weights_fingerprint;
+  CalibrationSettings calibration;
+  std::vector<int> anchors;                // ascending, starting at layer 0
+  std::vector<std::vector<int>> head_map;  // [layer][kv_head] -> anchor KV head
+  // Optional statistics (empty when absent).
+  std::vector<std::vector<double>> similarity;  // [a][b]: sim(a, b), a <= b
+  std::vector<double> importance;               // [layer]: w_b
+  std::vector<AnchorChoice> dp_scores;          // one per anchor count tried
+};
+
+// Throws Error unless the profile fits the shape: anchors ascending, unique,
+// starting at 0, inside [0, n_layers); head_map n_layers x n_kv_heads with
+// entries in [0, n_kv_heads), identity on anchor layers; statistics sized to
+// the layer count when present; model identity matching the shape.
+void validate_profile(const KascadeProfile& profile, const Shape& shape);
+
+// Evenly spread anchors round(i * n_layers / 5), i < 5 (fewer when the model
+// has fewer layers), identity head maps: the fallback when no calibrated
+// profile is given.
+KascadeProfile default_profile(const Shape& shape);
+
+nlohmann::json profile_to_json(const KascadeProfile& profile);
+// `source` names the origin (file path) in error messages.
+KascadeProfile profile_from_json(const nlohmann::json& json, std::string_view source);
+
+// Reads and validates a profile file against the shape.
+KascadeProfile load_profile(const std::string& path, const Shape& shape);
+void save_profile(const KascadeProfile& profile, const std::string& path);
+
+// Throws Error naming both fingerprints unless the profile was calibrated on
+// weights with this fingerprint.
+void check_fingerprint(const KascadeProfile& profile, std::string_view weights_fingerprint);
+
+}  // namespace kascade::attention
