@@ -15,6 +15,7 @@
 #include "attention/strategies.h"
 #include "cli/demo_prompt.h"
 #include "core/error.h"
+#include "attention/kascade_profile.h"
 #include "core/memory.h"
 #include "core/progress.h"
 #include "engine/generate.h"
@@ -62,6 +63,28 @@ std::string prompt_text(const GenerateArgs& args) {
   return std::string(std::istreambuf_iterator<char>(std::cin), {});
 }
 
+// The calibration profile for --attention kascade: --profile, else the one
+// shipped for this model (profiles/<model file name>.json), else evenly spread
+// anchors with a warning. A profile made for other weights is an error.
+attention::KascadeProfile kascade_profile(const GenerateArgs& args, const model::Model& model) {
+  const attention::Shape shape = model.config().attention_shape();
+  std::string path = args.profile;
+  if (path.empty()) {
+    const std::string shipped = fmt::format("{}/profiles/{}.json", KASCADE_SOURCE_DIR,
+                                            std::filesystem::path(args.model).stem().string());
+    if (std::filesystem::exists(shipped)) path = shipped;
+  }
+  if (path.empty()) {
+    if (!args.quiet)
+      fmt::print(stderr, "kascade: no calibration profile for this model (run `kascade calibrate`); "
+                         "using evenly spread anchors\n");
+    return attention::default_profile(shape);
+  }
+  attention::KascadeProfile profile = attention::load_profile(path, shape);
+  attention::check_fingerprint(profile, model::weights_fingerprint(model.file()));
+  return profile;
+}
+
 void run_generate(const GenerateArgs& args) {
   sampling::validate(args.sampling);
   ops::configure_threads(args.threads);
@@ -76,12 +99,12 @@ void run_generate(const GenerateArgs& args) {
   if (args.raw) {
     prompt = tokenizer.encode(text, /*add_special_tokens=*/true, /*parse_special=*/false);
   } else {
-    const tokenizer::ChatTemplate chat(tokenizer);
+    const tokenizer::ChatTemplate chat = tokenizer::ChatTemplate::from_jinja(tokenizer.chat_template());
     std::vector<tokenizer::ChatMessage> messages;
     if (!args.system.empty()) messages.push_back({"system", args.system});
     messages.push_back({"user", text});
     prompt = tokenizer.encode(chat.render(messages, /*add_generation_prompt=*/true),
-                              /*add_special_tokens=*/false, /*parse_special=*/true);
+                              /*add_special_tokens=*/true, /*parse_special=*/true);
   }
   const int64_t wanted = args.context > 0 ? args.context : int64_t(prompt.size()) + args.max_tokens;
   if (wanted > config.context_length || int64_t(prompt.size()) >= config.context_length)
@@ -91,11 +114,7 @@ void run_generate(const GenerateArgs& args) {
     fail("prompt of {} tokens does not fit --ctx {}", prompt.size(), wanted);
 
   attention::StrategyOptions strategy_options = args.attention;
-  if (!args.profile.empty()) {
-    strategy_options.profile = attention::load_profile(args.profile);
-    attention::check_profile_matches(strategy_options.profile, config.attention_shape(),
-                                     model::weights_fingerprint(model.file()), args.profile);
-  }
+  if (strategy_options.name == "kascade") strategy_options.profile = kascade_profile(args, model);
   model::Sequence seq =
       model.new_sequence(wanted, args.kv_type == "f16" ? attention::KvType::F16 : attention::KvType::F32,
                          attention::make_strategy(strategy_options, config.attention_shape()));
@@ -191,11 +210,19 @@ void register_generate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", args->sampling.seed, "Random seed")->capture_default_str();
   attention::StrategyOptions& a = args->attention;
-  cmd->add_option("--attention", a.name, "Attention: " + attention::strategy_names())->capture_default_str();
+  cmd->add_option("--attention", a.name, fmt::format("Attention: {}", fmt::join(attention::strategy_names(), ", ")))
+      ->capture_default_str();
   cmd->add_option("--budget", a.budget_percent, "Sparse budget, percent of the keys")->capture_default_str();
   cmd->add_option("--min-k", a.min_k, "Keys below which attention stays dense")->capture_default_str();
   cmd->add_option("--tile", a.tile, "Kascade prefill query tile")->capture_default_str();
-  cmd->add_option("--profile", args->profile, "Kascade calibration profile (JSON)");
+  cmd->add_option("--profile", args->profile, "Kascade calibration profile (JSON; default: the shipped one)");
+  cmd->add_flag("--all-heads-pooled", a.all_heads_pooled, "Kascade ablation: one index set for all KV heads");
+  cmd->add_flag("--no-remap", a.no_remap, "Kascade ablation: reuse head h reads anchor head h");
+  cmd->add_flag("--pre-softmax-pooling", a.pre_softmax_pooling, "Kascade ablation: pool logits, not probabilities");
+  cmd->add_flag("--fixed-budget", a.fixed_budget, "Kascade ablation: no rolling per-tile budget");
+  cmd->add_option("--sinks", a.sink_tokens, "Sink tokens (streaming, lessismore)")->capture_default_str();
+  cmd->add_option("--window-fraction", a.window_fraction, "Streaming window as a share of the context (0 = budget)")
+      ->capture_default_str();
   cmd->add_flag("-q,--quiet", args->quiet, "No progress bar or summary");
   cmd->callback([args] { run_generate(*args); });
 }

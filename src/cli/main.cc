@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   });
   kascade::cli::register_generate(app);
   kascade::cli::register_info(app);
+  kascade::cli::register_calibrate(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
