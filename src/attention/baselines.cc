@@ -53,8 +53,16 @@ class StreamingStrategy final : public Strategy {
     // The sets depend only on positions: computed once per step for all layers.
     if (!(sets_step_ == StepId::of(step))) {
       sets_.resize(units_.size());
-      for (size_t u = 0; u < units_.size(); ++u) keep(units_[u].n_candidates, sets_[u]);
+      all_kept_ = true;
+      for (size_t u = 0; u < units_.size(); ++u) {
+        keep(units_[u].n_candidates, sets_[u]);
+        all_kept_ = all_kept_ && int64_t(sets_[u].size()) == units_[u].n_candidates;
+      }
       sets_step_ = StepId::of(step);
+    }
+    if (all_kept_) {  // short sequences: nothing dropped, the dense kernels
+      exact_.dense(step);
+      return;
     }
     exact_.restricted(
         step, units_, [&](int64_t unit, int) { return std::span<const int32_t>(sets_[unit]); },
@@ -87,6 +95,7 @@ class StreamingStrategy final : public Strategy {
   std::vector<Unit> units_;
   std::vector<std::vector<int32_t>> sets_;
   StepId sets_step_;
+  bool all_kept_ = false;
 };
 
 // ---------------------------------------------------------------------------

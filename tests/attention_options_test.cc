@@ -1,0 +1,290 @@
+// Strategy options, profiles and diagnostics: bad options and profiles raise
+// Error with a message naming the problem; full budgets equal dense; profile
+// JSON round-trips; diagnostics report the kept softmax mass and the output
+// error that a reference computes.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "attention/strategies.h"
+#include "attention_reference.h"
+#include "core/error.h"
+
+namespace kascade::attention {
+namespace {
+
+using reference::Problem;
+
+const Shape kShape{6, 9, 3, 64};
+
+// Runs make_strategy and returns the Error message ("" if none).
+std::string error_of(const StrategyOptions& options, const Shape& shape = kShape) {
+  try {
+    make_strategy(options, shape);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+StrategyOptions named(const char* name) {
+  StrategyOptions o;
+  o.name = name;
+  return o;
+}
+
+TEST(AttentionOptions, EveryNameBuilds) {
+  for (std::string_view name : strategy_names()) {
+    StrategyOptions o = named(std::string(name).c_str());
+    auto strategy = make_strategy(o, kShape);
+    EXPECT_EQ(strategy->name(), name);
+  }
+  EXPECT_EQ(make_strategy(named("kascade"), kShape)->prefill_alignment(), 32);
+}
+
+TEST(AttentionOptions, BadOptionsRaiseErrors) {
+  EXPECT_NE(error_of(named("flash")).find("unknown attention strategy 'flash'"), std::string::npos);
+  EXPECT_NE(error_of(named("flash")).find("kascade, oracle-topk, streaming"), std::string::npos);
+  for (double p : {0.0, -5.0, 100.5, std::nan("")}) {
+    StrategyOptions o = named("kascade");
+    o.budget_percent = p;
+    EXPECT_NE(error_of(o).find("outside (0, 100]"), std::string::npos) << p;
+  }
+  StrategyOptions o = named("kascade");
+  o.tile = 0;
+  EXPECT_NE(error_of(o).find("tile size 0"), std::string::npos);
+  o = named("kascade");
+  o.min_k = 0;
+  EXPECT_NE(error_of(o).find("min_k"), std::string::npos);
+  o = named("kascade");
+  o.dense_layers = std::vector<int>{0, 6};
+  EXPECT_NE(error_of(o).find("layer 6 outside [0, 6)"), std::string::npos);
+  o = named("omnikv");
+  o.filter_layers = std::vector<int>{3, 2};
+  EXPECT_NE(error_of(o).find("ascending"), std::string::npos);
+  o = named("streaming");
+  o.window_fraction = 1.5;
+  EXPECT_NE(error_of(o).find("window fraction"), std::string::npos);
+  EXPECT_NE(error_of(named("dense"), Shape{2, 9, 4, 64}).find("not a multiple"), std::string::npos);
+  EXPECT_NE(error_of(named("dense"), Shape{2, 8, 4, 60}).find("head_dim 60"), std::string::npos);
+}
+
+TEST(AttentionOptions, BadProfilesRaiseErrors) {
+  auto profile_error = [](void (*edit)(KascadeProfile&)) {
+    StrategyOptions o = named("kascade");
+    o.profile = default_profile(kShape);
+    edit(*o.profile);
+    return error_of(o);
+  };
+  EXPECT_NE(profile_error([](KascadeProfile& p) { p.anchors = {1, 3}; }).find("start at layer 0"),
+            std::string::npos);
+  EXPECT_NE(profile_error([](KascadeProfile& p) { p.anchors = {0, 3, 2}; }).find("ascending"),
+            std::string::npos);
+  EXPECT_NE(profile_error([](KascadeProfile& p) { p.anchors = {0, 9}; }).find("anchors[1] = 9"),
+            std::string::npos);
+  EXPECT_NE(profile_error([](KascadeProfile& p) { p.head_map[4][1] = 3; }).find("head_map[4][1] = 3"),
+            std::string::npos);
+  EXPECT_NE(profile_error([](KascadeProfile& p) { p.head_map[0][1] = 2; }).find("identity"),
+            std::string::npos);
+  EXPECT_NE(profile_error([](KascadeProfile& p) { p.head_map.pop_back(); }).find("5 rows"),
+            std::string::npos);
+  EXPECT_NE(profile_error([](KascadeProfile& p) { p.model.n_kv_heads = 4; }).find("made for"),
+            std::string::npos);
+}
+
+TEST(AttentionOptions, DefaultProfileAndScaledLayers) {
+  const KascadeProfile profile = default_profile(Shape{30, 9, 3, 64});
+  EXPECT_EQ(profile.anchors, (std::vector<int>{0, 6, 12, 18, 24}));
+  EXPECT_EQ(default_profile(Shape{3, 2, 1, 32}).anchors, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(scale_layers(std::vector<int>{2, 8, 18}, 32), (std::vector<int>{2, 8, 18}));
+  EXPECT_EQ(scale_layers(std::vector<int>{2, 8, 18}, 30), (std::vector<int>{2, 8, 17}));
+  EXPECT_EQ(scale_layers(std::vector<int>{2, 13}, 30), (std::vector<int>{2, 12}));
+  EXPECT_EQ(scale_layers(std::vector<int>{2, 13}, 4), (std::vector<int>{0, 2}));
+}
+
+std::string temp_path(const char* name) {
+  return (std::filesystem::temp_directory_path() / name).string();
+}
+
+TEST(AttentionOptions, ProfileJsonRoundTripAndErrors) {
+  KascadeProfile profile = default_profile(kShape);
+  profile.model.architecture = "llama";
+  profile.model.name = "test-model";
+  profile.weights_fingerprint = "sha256:abc";
+  profile.calibration.dev_set = "builtin";
+  profile.calibration.n_prompts = 3;
+  profile.anchors = {0, 2, 4};
+  profile.head_map[1] = {2, 0, 1};
+  profile.similarity.assign(6, std::vector<double>(6, 0.5));
+  profile.importance = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6};
+  profile.dp_scores = {{3, 2.5, {0, 2, 4}}};
+  const std::string path = temp_path("kascade_profile_test.json");
+  save_profile(profile, path);
+  const KascadeProfile loaded = load_profile(path, kShape);
+  EXPECT_EQ(loaded.anchors, profile.anchors);
+  EXPECT_EQ(loaded.head_map, profile.head_map);
+  EXPECT_EQ(loaded.similarity, profile.similarity);
+  EXPECT_EQ(loaded.importance, profile.importance);
+  EXPECT_EQ(loaded.dp_scores[0].anchors, profile.dp_scores[0].anchors);
+  EXPECT_EQ(loaded.weights_fingerprint, "sha256:abc");
+  EXPECT_EQ(loaded.calibration.n_prompts, 3);
+  EXPECT_NO_THROW(check_fingerprint(loaded, "sha256:abc"));
+  try {
+    check_fingerprint(loaded, "sha256:def");
+    ADD_FAILURE() << "fingerprint mismatch accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sha256:abc"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("sha256:def"), std::string::npos);
+  }
+
+  auto load_error = [&](const std::string& text, const Shape& shape = kShape) {
+    std::ofstream(path) << text;
+    try {
+      load_profile(path, shape);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  nlohmann::json json = profile_to_json(profile);
+  EXPECT_NE(load_error("{\"model\": ").find("malformed JSON"), std::string::npos);
+  nlohmann::json missing = json;
+  missing.erase("anchors");
+  EXPECT_NE(load_error(missing.dump()).find("missing field profile.anchors"), std::string::npos);
+  nlohmann::json wrong = json;
+  wrong["model"]["n_layers"] = "six";
+  EXPECT_NE(load_error(wrong.dump()).find("model.n_layers"), std::string::npos);
+  nlohmann::json out_of_range = json;
+  out_of_range["head_map"][3][0] = 7;
+  EXPECT_NE(load_error(out_of_range.dump()).find("head_map[3][0] = 7"), std::string::npos);
+  EXPECT_NE(load_error(json.dump(), Shape{8, 9, 3, 64}).find("made for 6 layers"),
+            std::string::npos);
+  EXPECT_NE(load_error(out_of_range.dump()).find(path), std::string::npos);  // names the file
+  std::remove(path.c_str());
+  EXPECT_THROW(load_profile(temp_path("kascade_no_such_profile.json"), kShape), Error);
+}
+
+// Output of every layer of a prefill + decode run.
+std::vector<float> run_outputs(Strategy& strategy, const Problem& p,
+                               const std::vector<reference::Chunk>& chunks) {
+  reference::LiveCache cache(p);
+  std::vector<float> all;
+  const int d = p.d(), H = p.shape.n_heads;
+  for (const reference::Chunk& chunk : chunks) {
+    cache.write(p, chunk.first, chunk.first + chunk.n);
+    for (int l = 0; l < p.shape.n_layers; ++l) {
+      std::vector<float> queries(p.query(l, chunk.first, 0), p.query(l, chunk.first + chunk.n, 0));
+      std::vector<float> out(size_t(chunk.n * H * d));
+      Step step{l, chunk.phase, queries.data(), chunk.n, chunk.first, cache.layer(p, l), out.data()};
+      strategy.forward(step);
+      all.insert(all.end(), out.begin(), out.end());
+    }
+  }
+  return all;
+}
+
+// p = 100 and a budget above every N keep every key: the same outputs as
+// dense (the same kernels over the same keys, so bit for bit).
+TEST(AttentionOptions, FullBudgetEqualsDense) {
+  const Shape shape{4, 6, 2, 64};
+  for (KvType type : {KvType::F32, KvType::F16}) {
+    const Problem p = reference::make_problem(shape, 300, type, 12);
+    const auto chunks = reference::schedule({128, 96, 45}, 300);
+    auto dense = make_dense(shape);
+    const std::vector<float> want = run_outputs(*dense, p, chunks);
+    for (const char* name : {"kascade", "oracle-topk", "streaming", "quest", "omnikv", "lessismore"}) {
+      StrategyOptions full = named(name);
+      full.budget_percent = 100;
+      auto strategy = make_strategy(full, shape);
+      EXPECT_EQ(run_outputs(*strategy, p, chunks), want) << name << " p = 100";
+      StrategyOptions big = named(name);
+      big.min_k = 1000;  // budget(N) = N for every N here
+      strategy = make_strategy(big, shape);
+      EXPECT_EQ(run_outputs(*strategy, p, chunks), want) << name << " budget >= N";
+    }
+  }
+}
+
+TEST(AttentionOptions, ReuseLayerBeforeItsAnchorRaisesError) {
+  const Shape shape{3, 4, 2, 32};
+  const Problem p = reference::make_problem(shape, 64, KvType::F32, 13);
+  reference::LiveCache cache(p);
+  cache.write(p, 0, 64);
+  StrategyOptions o = named("kascade");
+  o.min_k = 4;
+  o.dense_layers = std::vector<int>{};
+  auto strategy = make_strategy(o, shape);  // default profile: every layer of 3 is an anchor
+  o.profile = default_profile(shape);
+  o.profile->anchors = {0};
+  strategy = make_strategy(o, shape);
+  std::vector<float> queries(p.query(1, 0, 0), p.query(1, 64, 0)), out(queries.size());
+  Step step{1, Phase::Prefill, queries.data(), 64, 0, cache.layer(p, 1), out.data()};
+  EXPECT_THROW(strategy->forward(step), Error);
+}
+
+class Recorder : public Observer {
+ public:
+  void on_layer(const LayerReport& report) override { reports.push_back(report); }
+  std::vector<LayerReport> reports;
+};
+
+TEST(AttentionOptions, DiagnosticsReportKeptMassAndError) {
+  const Shape shape{3, 6, 2, 64};
+  const Problem p = reference::make_problem(shape, 260, KvType::F16, 14, 3.0);
+  const auto chunks = reference::schedule({256}, 260);
+  StrategyOptions o = named("kascade");
+  o.min_k = 8;
+  Recorder recorder;
+  auto strategy = with_diagnostics(make_strategy(o, shape), shape, recorder);
+  reference::LiveCache cache(p);
+  std::vector<int32_t> kept;
+  size_t at = 0;
+  for (const reference::Chunk& chunk : chunks) {
+    cache.write(p, chunk.first, chunk.first + chunk.n);
+    for (int l = 0; l < shape.n_layers; ++l) {
+      std::vector<float> queries(p.query(l, chunk.first, 0), p.query(l, chunk.first + chunk.n, 0));
+      std::vector<float> out(queries.size());
+      Step step{l, chunk.phase, queries.data(), chunk.n, chunk.first, cache.layer(p, l), out.data()};
+      strategy->forward(step);
+      ASSERT_EQ(recorder.reports.size(), ++at);
+      const LayerReport& report = recorder.reports.back();
+      // Reference: kept mass from softmax rows, error against reference dense outputs.
+      double mass_sum = 0, mass_min = 2, keys = 0, diff = 0, norm = 0;
+      for (int64_t q = 0; q < chunk.n; ++q)
+        for (int head = 0; head < shape.n_heads; ++head) {
+          const int64_t position = chunk.first + q;
+          strategy->kept_keys(step, q, head, kept);
+          const std::vector<double> row = reference::softmax_row(p, l, position, head);
+          double mass = 0;
+          for (int32_t j : kept) mass += row[j];
+          mass_sum += mass;
+          mass_min = std::min(mass_min, mass);
+          keys += double(kept.size());
+          const std::vector<double> dense =
+              reference::attend(p, l, position, head, reference::all_keys(position + 1));
+          for (int c = 0; c < p.d(); ++c) {
+            diff += std::pow(out[(q * shape.n_heads + head) * p.d() + c] - dense[c], 2);
+            norm += dense[c] * dense[c];
+          }
+        }
+      const double rows = double(chunk.n * shape.n_heads);
+      EXPECT_EQ(report.layer, l);
+      EXPECT_NEAR(report.mean_kept_mass, mass_sum / rows, 1e-5);
+      EXPECT_NEAR(report.min_kept_mass, mass_min, 1e-5);
+      EXPECT_NEAR(report.mean_kept_keys, keys / rows, 1e-9);
+      EXPECT_NEAR(report.relative_error, std::sqrt(diff / norm), 1e-5);
+      if (l == 0) EXPECT_NEAR(report.mean_kept_mass, 1.0, 1e-5);  // layer 0 is dense
+      if (l > 0 && chunk.phase == Phase::Decode) {
+        EXPECT_LT(report.mean_kept_mass, 1.0);
+        EXPECT_GT(report.relative_error, 0.0);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kascade::attention
