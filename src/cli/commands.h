@@ -10,6 +10,7 @@ namespace kascade::cli {
 
 void register_generate(CLI::App& app);
 void register_info(CLI::App& app);
+void register_calibrate(CLI::App& app);  // calibrate_command.cc
 
 // ${KASCADE_CACHE:-~/.cache/kascade}/models/SmolLM2-135M-Instruct.Q4_1.gguf
 std::string default_model_path();

@@ -1,0 +1,207 @@
+// `kascade calibrate`: runs the dense model over a development set, chooses
+// Kascade anchors and head maps for each requested anchor count, and writes
+// the profile (the chosen count's anchors active), optionally a statistics
+// file and PNG pictures. Every flag and path is checked before the model runs.
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "attention/kascade_profile.h"
+#include "calibration/calibrate.h"
+#include "calibration/dev_set.h"
+#include "calibration/report.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "core/timer.h"
+#include "model/model.h"
+#include "ops/threading.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kascade::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kBuiltinDevSet = std::string(KASCADE_DATA_DIR) + "/devset/devset.txt";
+
+struct CalibrateArgs {
+  std::string model = default_model_path();
+  std::string dev_set = kBuiltinDevSet;
+  int64_t prompts = 0;     // 0: every document
+  int64_t max_tokens = 0;  // 0: the model's context
+  std::string anchors = "3..8";
+  int choose = 5;
+  std::string out;
+  std::string plots;
+  std::string stats;
+  int threads = 0;
+  int64_t tile = 32;
+  int64_t top_k = 32;
+  bool quiet = false;
+};
+
+int parse_count(std::string_view text, const std::string& whole) {
+  int value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size())
+    fail("--anchors '{}' is not a count or a range FIRST..LAST", whole);
+  return value;
+}
+
+// "3..8" or "5".
+std::pair<int, int> parse_anchor_range(const std::string& text) {
+  const size_t dots = text.find("..");
+  if (dots == std::string::npos) {
+    const int n = parse_count(text, text);
+    return {n, n};
+  }
+  return {parse_count(std::string_view(text).substr(0, dots), text),
+          parse_count(std::string_view(text).substr(dots + 2), text)};
+}
+
+// The file can be created or replaced: its directory exists and is writable.
+void check_output_file(const std::string& path, const std::string& flag) {
+  std::error_code error;
+  if (fs::is_directory(path, error)) fail("{} '{}' is a directory", flag, path);
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::is_directory(dir, error)) fail("{} '{}': directory '{}' does not exist", flag, path, dir.string());
+  if (access(dir.c_str(), W_OK) != 0) fail("{} '{}': directory '{}' is not writable", flag, path, dir.string());
+  if (fs::exists(path, error) && access(path.c_str(), W_OK) != 0) fail("{} '{}' is not writable", flag, path);
+}
+
+void check_output_dir(const std::string& dir, const std::string& flag) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error || !fs::is_directory(dir)) fail("{} '{}': cannot create the directory", flag, dir);
+  if (access(dir.c_str(), W_OK) != 0) fail("{} '{}' is not writable", flag, dir);
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) fail("cannot write '{}'", path);
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void print_summary(const calibration::CalibrationResult& result, int chosen) {
+  fmt::print("anchors  normalized score  anchor layers\n");
+  for (const calibration::AnchorSolution& s : result.solutions)
+    fmt::print("{:>7}  {:>16.4f}  {{{}}}{}\n", s.anchors.size(), s.normalized_score, fmt::join(s.anchors, ", "),
+               int(s.anchors.size()) == chosen ? "  <- profile" : "");
+  const calibration::AnchorSolution& active = result.solution(chosen);
+  std::vector<std::string> remapped;
+  for (size_t j = 0; j < active.head_map.size(); ++j)
+    for (size_t h = 0; h < active.head_map[j].size(); ++h)
+      if (active.head_map[j][h] != int(h)) remapped.push_back(fmt::format("{}.{}<-{}", j, h, active.head_map[j][h]));
+  fmt::print("head map ({} anchors): {} of {} reuse heads read another anchor head{}{}\n", chosen, remapped.size(),
+             (result.n_layers - chosen) * result.n_kv_heads, remapped.empty() ? "" : ": ",
+             fmt::join(remapped, " "));
+}
+
+void run_calibrate(const CalibrateArgs& args) {
+  Stopwatch clock;
+  // Everything that can be wrong with the request fails here, before the model runs.
+  const auto [min_anchors, max_anchors] = parse_anchor_range(args.anchors);
+  if (args.out.empty()) fail("--out PROFILE is required");
+  check_output_file(args.out, "--out");
+  if (!args.stats.empty()) check_output_file(args.stats, "--stats");
+  if (!args.plots.empty()) check_output_dir(args.plots, "--plots");
+  if (args.prompts < 0) fail("--prompts must not be negative, got {}", args.prompts);
+  if (args.max_tokens < 0) fail("--max-tokens must not be negative, got {}", args.max_tokens);
+  ops::configure_threads(args.threads);
+
+  std::vector<calibration::DevDocument> documents = calibration::load_dev_set(args.dev_set);
+  if (args.prompts > int64_t(documents.size()))
+    fail("--prompts {} but dev set '{}' holds {} documents", args.prompts, args.dev_set, documents.size());
+  if (args.prompts > 0) documents.resize(size_t(args.prompts));
+
+  const model::Model model = model::Model::load(args.model);
+  const model::Config& config = model.config();
+  calibration::CalibrationOptions options;
+  options.statistics.tile = args.tile;
+  options.statistics.top_k = args.top_k;
+  options.min_anchors = min_anchors;
+  options.max_anchors = max_anchors;
+  calibration::validate(options, config.n_layers);
+  if (args.choose < min_anchors || args.choose > max_anchors)
+    fail("--choose {} is outside --anchors {}..{}", args.choose, min_anchors, max_anchors);
+  if (args.max_tokens > config.context_length)
+    fail("--max-tokens {} exceeds the model's context of {} tokens", args.max_tokens, config.context_length);
+  const int64_t max_tokens = args.max_tokens > 0 ? args.max_tokens : config.context_length;
+
+  const tokenizer::Tokenizer tokenizer(model.file());
+  std::vector<std::vector<int32_t>> prompts;
+  int64_t total_tokens = 0;
+  for (const calibration::DevDocument& document : documents) {
+    std::vector<int32_t> tokens = tokenizer.encode(document.text, /*add_special_tokens=*/true);
+    if (int64_t(tokens.size()) > max_tokens) tokens.resize(size_t(max_tokens));
+    total_tokens += int64_t(tokens.size());
+    prompts.push_back(std::move(tokens));
+  }
+
+  if (!args.quiet)
+    fmt::print(stderr, "calibrating {} ({} layers, {} KV heads) on {} prompts, {} tokens\n", config.name,
+               config.n_layers, config.n_kv_heads, prompts.size(), total_tokens);
+  std::unique_ptr<ProgressBar> progress;
+  if (!args.quiet) progress = std::make_unique<ProgressBar>(uint64_t(total_tokens), ProgressOptions{.label = "calibrate"});
+  const calibration::CalibrationResult result =
+      calibration::calibrate(model, prompts, options, [&](int64_t done) {
+        if (progress) progress->update(uint64_t(done));
+      });
+  progress.reset();
+
+  const calibration::DevSetInfo dev_set{args.dev_set == kBuiltinDevSet ? "builtin" : args.dev_set,
+                                        calibration::content_fingerprint(read_bytes(args.dev_set)), max_tokens};
+  attention::save_profile(calibration::make_profile(result, options, args.choose, model, dev_set), args.out);
+  if (!args.stats.empty())
+    write_text(args.stats, calibration::statistics_json(result, options, args.choose, model, dev_set).dump(2) + "\n");
+  if (!args.plots.empty()) calibration::write_plots(result, options, args.choose, fs::path(args.model).stem().string(), args.plots);
+
+  if (args.quiet) return;
+  print_summary(result, args.choose);
+  fmt::print(stderr, "wrote {}{}{} in {}\n", args.out, args.stats.empty() ? "" : ", " + args.stats,
+             args.plots.empty() ? "" : ", pictures in " + args.plots, format_duration(clock.seconds()));
+}
+
+}  // namespace
+
+void register_calibrate(CLI::App& app) {
+  auto args = std::make_shared<CalibrateArgs>();
+  CLI::App* cmd = app.add_subcommand("calibrate", "Choose Kascade anchors and head maps on a development set");
+  cmd->add_option("-m,--model", args->model, "GGUF model file")->capture_default_str();
+  cmd->add_option("--dev-set", args->dev_set, "Development set ('@@@ document: SOURCE' blocks)")
+      ->capture_default_str();
+  cmd->add_option("--prompts", args->prompts, "Use the first N documents (0 = all)")->capture_default_str();
+  cmd->add_option("--max-tokens", args->max_tokens, "Cut prompts to N tokens (0 = the model's context)")
+      ->capture_default_str();
+  cmd->add_option("--anchors", args->anchors, "Anchor counts to solve for: FIRST..LAST or N")->capture_default_str();
+  cmd->add_option("--choose", args->choose, "Anchor count whose solution the profile activates")
+      ->capture_default_str();
+  cmd->add_option("-o,--out", args->out, "Profile to write (JSON)")->required();
+  cmd->add_option("--plots", args->plots, "Directory for PNG pictures");
+  cmd->add_option("--stats", args->stats, "Also write every statistic (JSON)");
+  cmd->add_option("-t,--threads", args->threads, "Threads (0 = all cores)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--tile", args->tile, "Prefill query tile T")->capture_default_str();
+  cmd->add_option("--top-k", args->top_k, "Calibration budget: keys a tile keeps")->capture_default_str();
+  cmd->add_flag("-q,--quiet", args->quiet, "No progress bar or summary");
+  cmd->callback([args] { run_calibrate(*args); });
+}
+
+}  // namespace kascade::cli
