@@ -23,7 +23,6 @@ struct ElementTraits<__half> {
     return *reinterpret_cast<uint32_t*>(&h);
   }
   __device__ static __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
-  __device__ static __forceinline__ float to_float(__half x) { return __half2float(x); }
 };
 
 template <>
@@ -33,7 +32,6 @@ struct ElementTraits<__nv_bfloat16> {
     return *reinterpret_cast<uint32_t*>(&h);
   }
   __device__ static __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
-  __device__ static __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 };
 
 // D += A * B for one m16n8k16 tile: A 16x16 row-major (4 regs), B 16x8
