@@ -1,0 +1,58 @@
+// Chat prompt formatting. A model's tokenizer.chat_template is Jinja; rather
+// than interpret Jinja, we recognise the family from the template text and
+// render it natively:
+//  - ChatML (SmolLM2, Qwen2, Qwen2.5): "<|im_start|>{role}\n{content}<|im_end|>\n",
+//    with the default system prompt the template inserts when the
+//    conversation has none (read from the template text);
+//  - Llama 3 / 3.1+: "<|start_header_id|>{role}<|end_header_id|>\n\n{trimmed}<|eot_id|>",
+//    3.1+ with its "Cutting Knowledge Date" system block;
+//  - raw: the message contents, concatenated, nothing added.
+// BOS is not rendered: encode the prompt with add_special_tokens (the
+// tokenizer adds BOS when the model wants it) and parse_special.
+// Tools, images and other roles are non-goals.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace kascade::tokenizer {
+
+struct ChatMessage {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+};
+
+enum class ChatFormat { kRaw, kChatML, kLlama3 };
+
+class ChatTemplate {
+ public:
+  // Recognises the family of a tokenizer.chat_template; throws Error for an
+  // empty or unknown template, suggesting --raw.
+  static ChatTemplate from_jinja(std::string_view source);
+  static ChatTemplate raw() { return ChatTemplate(ChatFormat::kRaw); }
+
+  ChatFormat format() const { return format_; }
+  const char* format_name() const;
+  // ChatML: the system prompt used when the conversation has none ("" for none).
+  const std::string& default_system_prompt() const { return default_system_prompt_; }
+  // Llama 3.1+: the "Today Date" of the system block (the templates' own default).
+  void set_today(std::string date) { today_ = std::move(date); }
+
+  // add_generation_prompt: end with the header of an assistant turn, as the
+  // model's prompt for its reply. Throws Error on a role other than
+  // system/user/assistant.
+  std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+
+ private:
+  explicit ChatTemplate(ChatFormat format) : format_(format) {}
+  std::string render_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+  std::string render_llama3(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+
+  ChatFormat format_;
+  std::string default_system_prompt_;
+  bool knowledge_date_block_ = false;  // Llama 3.1+
+  std::string today_ = "26 Jul 2024";
+};
+
+}  // namespace kascade::tokenizer
