@@ -63,28 +63,6 @@ std::string prompt_text(const GenerateArgs& args) {
   return std::string(std::istreambuf_iterator<char>(std::cin), {});
 }
 
-// The calibration profile for --attention kascade: --profile, else the one
-// shipped for this model (profiles/<model file name>.json), else evenly spread
-// anchors with a warning. A profile made for other weights is an error.
-attention::KascadeProfile kascade_profile(const GenerateArgs& args, const model::Model& model) {
-  const attention::Shape shape = model.config().attention_shape();
-  std::string path = args.profile;
-  if (path.empty()) {
-    const std::string shipped = fmt::format("{}/profiles/{}.json", KASCADE_SOURCE_DIR,
-                                            std::filesystem::path(args.model).stem().string());
-    if (std::filesystem::exists(shipped)) path = shipped;
-  }
-  if (path.empty()) {
-    if (!args.quiet)
-      fmt::print(stderr, "kascade: no calibration profile for this model (run `kascade calibrate`); "
-                         "using evenly spread anchors\n");
-    return attention::default_profile(shape);
-  }
-  attention::KascadeProfile profile = attention::load_profile(path, shape);
-  attention::check_fingerprint(profile, model::weights_fingerprint(model.file()));
-  return profile;
-}
-
 void run_generate(const GenerateArgs& args) {
   sampling::validate(args.sampling);
   ops::configure_threads(args.threads);
@@ -114,7 +92,8 @@ void run_generate(const GenerateArgs& args) {
     fail("prompt of {} tokens does not fit --ctx {}", prompt.size(), wanted);
 
   attention::StrategyOptions strategy_options = args.attention;
-  if (strategy_options.name == "kascade") strategy_options.profile = kascade_profile(args, model);
+  if (strategy_options.name == "kascade")
+    strategy_options.profile = resolve_kascade_profile(args.profile, args.model, model, args.quiet);
   model::Sequence seq =
       model.new_sequence(wanted, args.kv_type == "f16" ? attention::KvType::F16 : attention::KvType::F32,
                          attention::make_strategy(strategy_options, config.attention_shape()));
@@ -180,6 +159,26 @@ std::string default_model_path() {
   const char* home = std::getenv("HOME");
   const std::string root = cache ? cache : std::string(home ? home : ".") + "/.cache/kascade";
   return root + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+attention::KascadeProfile resolve_kascade_profile(const std::string& profile_path, const std::string& model_path,
+                                                 const model::Model& model, bool quiet) {
+  const attention::Shape shape = model.config().attention_shape();
+  std::string path = profile_path;
+  if (path.empty()) {
+    const std::string shipped = fmt::format("{}/profiles/{}.json", KASCADE_SOURCE_DIR,
+                                            std::filesystem::path(model_path).stem().string());
+    if (std::filesystem::exists(shipped)) path = shipped;
+  }
+  if (path.empty()) {
+    if (!quiet)
+      fmt::print(stderr, "kascade: no calibration profile for this model (run `kascade calibrate`); "
+                         "using evenly spread anchors\n");
+    return attention::default_profile(shape);
+  }
+  attention::KascadeProfile profile = attention::load_profile(path, shape);
+  attention::check_fingerprint(profile, model::weights_fingerprint(model.file()));
+  return profile;
 }
 
 void register_generate(CLI::App& app) {

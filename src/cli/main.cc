@@ -1,6 +1,7 @@
 // The `kascade` command line: one frontend over the core library.
 //   kascade generate   stream a completion (prompt text, file or stdin; chat or raw)
 //   kascade info       print a GGUF file's metadata and tensor table
+//   kascade eval       long-context accuracy and perplexity of attention strategies
 // Every error from bad input is one line on stderr and a non-zero exit.
 #include <cstdio>
 #include <new>
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
   kascade::cli::register_generate(app);
   kascade::cli::register_info(app);
   kascade::cli::register_calibrate(app);
+  kascade::cli::register_eval(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

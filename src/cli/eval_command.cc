@@ -1,0 +1,128 @@
+// `kascade eval`: long-context accuracy (RULER-style tasks) and long-document
+// perplexity of attention strategies on one model, printed as tables and
+// written as CSV, JSON, Markdown and PNG plots. Every flag and the output
+// directory are checked before the model runs.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "eval/harness.h"
+#include "eval/report.h"
+#include "ops/threading.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kascade::cli {
+namespace {
+
+struct EvalArgs {
+  std::string model = default_model_path();
+  std::string strategies = "dense,kascade";
+  std::string lengths = "1k,2k,4k,8k";
+  std::string tasks;
+  std::string out = "eval-out";
+  std::string profile;
+  std::string haystack = std::string(KASCADE_DATA_DIR) + "/haystack/haystack.txt";
+  std::string kv_type = "f16";
+  int threads = 0;
+  bool quiet = false;
+  eval::EvalOptions options;
+};
+
+std::vector<std::string> split_list(const std::string& text, std::string_view flag) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (item.empty()) fail("{} has an empty entry in '{}'", flag, text);
+    items.push_back(std::move(item));
+    if (comma == std::string::npos) return items;
+    start = comma + 1;
+  }
+}
+
+void run_eval_command(EvalArgs& args) {
+  eval::EvalOptions& options = args.options;
+  options.strategies = split_list(args.strategies, "--strategies");
+  options.lengths.clear();
+  for (const std::string& length : split_list(args.lengths, "--lengths")) options.lengths.push_back(eval::parse_length(length));
+  options.tasks = args.tasks.empty() ? std::vector<std::string>{} : split_list(args.tasks, "--tasks");
+  if (args.kv_type != "f16" && args.kv_type != "f32") fail("--kv-type must be f16 or f32, got '{}'", args.kv_type);
+  options.kv_type = args.kv_type == "f16" ? attention::KvType::F16 : attention::KvType::F32;
+  // Everything that needs no model first, so typos fail at once.
+  eval::plan_eval(options, INT64_MAX);
+  eval::prepare_output_dir(args.out);
+  const eval::Corpus corpus = eval::Corpus::load(args.haystack);
+  ops::configure_threads(args.threads);
+
+  const model::Model model = model::Model::load(args.model);
+  const tokenizer::Tokenizer tokenizer(model.file());
+  const eval::EvalPlan plan = eval::plan_eval(options, model.config().context_length);
+  for (const eval::StrategySpec& spec : plan.strategies)
+    if (spec.options.name == "kascade") {
+      options.kascade_profile = resolve_kascade_profile(args.profile, args.model, model, args.quiet);
+      break;
+    }
+
+  std::unique_ptr<ProgressBar> progress;
+  eval::EvalCallbacks callbacks;
+  callbacks.on_progress = [&](uint64_t done, uint64_t total) {
+    if (args.quiet) return;
+    if (!progress) progress = std::make_unique<ProgressBar>(total, ProgressOptions{.label = "eval"});
+    progress->update(done);
+  };
+  callbacks.on_result = [&](const eval::SampleResult& r) {
+    if (r.failed() && !args.quiet)
+      fmt::print(stderr, "\nkascade eval: {} {} sample {} with {}: {} ({})\n", r.task, r.length, r.index, r.strategy,
+                 r.status, r.error);
+  };
+  const eval::EvalRun run = eval::run_eval(model, tokenizer, corpus, options, callbacks);
+  if (progress) progress->finish();
+  const eval::Summary summary = eval::summarize(run);
+  eval::print_tables(run, summary, stdout);
+  eval::write_outputs(run, summary, args.out);
+  fmt::print("\nwrote results.csv, summary.csv, results.json, report.md and plots to {}\n", args.out);
+}
+
+}  // namespace
+
+void register_eval(CLI::App& app) {
+  auto args = std::make_shared<EvalArgs>();
+  eval::EvalOptions& o = args->options;
+  CLI::App* cmd = app.add_subcommand(
+      "eval", "Long-context accuracy (RULER-style tasks) and perplexity of attention strategies, with tables and plots");
+  cmd->add_option("-m,--model", args->model, "GGUF model file")->capture_default_str();
+  cmd->add_option("--strategies", args->strategies,
+                  "Comma-separated strategies: NAME[-p<percent>][-all-heads-pooled|-no-remap|-pre-softmax-pooling|"
+                  "-fixed-budget], e.g. dense,kascade,kascade-p5,kascade-no-remap,quest,streaming")
+      ->capture_default_str();
+  cmd->add_option("--budget", o.budget_percent, "Sparse budget in percent for entries without -p<percent>")
+      ->capture_default_str();
+  cmd->add_option("--lengths", args->lengths, "Comma-separated prompt lengths in tokens (1k = 1024)")
+      ->capture_default_str();
+  cmd->add_option("--samples", o.samples, "Samples per task and length")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed of the generated samples")->capture_default_str();
+  cmd->add_option("--tasks", args->tasks,
+                  fmt::format("Comma-separated tasks (default: all): {}, {}", fmt::join(eval::task_names(), ", "),
+                              eval::kPerplexityTask));
+  cmd->add_option("-o,--out", args->out, "Output directory")->capture_default_str();
+  cmd->add_option("--profile", args->profile, "Kascade calibration profile (JSON; default: the shipped one)");
+  cmd->add_option("--haystack", args->haystack, "Haystack corpus (data/haystack/haystack.txt format)")
+      ->capture_default_str();
+  cmd->add_option("--ppl-tail", o.perplexity_tail, "Tokens scored at the end of each perplexity document")
+      ->capture_default_str();
+  cmd->add_option("--time-limit", o.time_limit_seconds, "Seconds per sample and strategy before it counts as failed")
+      ->capture_default_str();
+  cmd->add_option("--kv-type", args->kv_type, "KV cache storage: f16 or f32")->capture_default_str();
+  cmd->add_option("-t,--threads", args->threads, "Threads (0 = all cores)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("-q,--quiet", args->quiet, "No progress bar");
+  cmd->callback([args] { run_eval_command(*args); });
+}
+
+}  // namespace kascade::cli
