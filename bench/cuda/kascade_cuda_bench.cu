@@ -7,7 +7,9 @@
 // Timing: every repetition is preceded by a 256 MB write that evicts the L2,
 // is bracketed by CUDA events, and the median is reported.
 //
-// Usage: kascade_cuda_bench OUT.csv [decode|prefill|all]
+// Usage: kascade_cuda_bench OUT.csv [decode|prefill|all|profile]
+// profile: each batch-64 decode kernel a few times only, at 32K and 128K,
+// for a profiler (ncu) to time the stages of an anchor layer.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -333,7 +335,7 @@ void bench_prefill(const Shape& s, const kc::Budget& budget, int tile, Timer& ti
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: kascade_cuda_bench OUT.csv [decode|prefill|all]\n");
+    std::fprintf(stderr, "usage: kascade_cuda_bench OUT.csv [decode|prefill|all|profile]\n");
     return 2;
   }
   const std::string what = argc > 2 ? argv[2] : "all";
@@ -352,6 +354,9 @@ int main(int argc, char** argv) {
           for (int n : {8192, 32768, 65536, 131072})
             bench_decode(Shape{bf16, batch, 32, 8, 128, n}, budget, timer, 20, batch == 64);
       for (int n : {8192, 32768}) bench_decode(Shape{false, 64, 9, 3, 64, n}, budget, timer, 20, false);
+    }
+    if (what == "profile") {
+      for (int n : {32768, 131072}) bench_decode(Shape{false, 64, 32, 8, 128, n}, budget, timer, 1, false);
     }
     if (what == "all" || what == "prefill") {
       for (bool bf16 : {false, true})

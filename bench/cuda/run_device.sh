@@ -6,6 +6,10 @@
 # Run from the repository root on the GPU machine, with fmt's headers copied
 # to .deps/include (the machine has no libfmt):
 #   bench/cuda/run_device.sh [all|test|bench|decode|prefill]
+# decode / prefill: the test, then that half of the benchmark. With
+# PREBUILT=DIR holding kascade_cuda_test and kascade_cuda_bench built
+# elsewhere (same commands), those are used when they start on this machine,
+# which saves the build's device time.
 set -uo pipefail
 what=${1:-all}
 OUT=${OUT:-$PWD/out}
@@ -19,7 +23,21 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 nvcc_flags=(-std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a -lineinfo -Isrc)
 cxx_flags=(-std=c++20 -O2 -mavx2 -mfma -mf16c -fopenmp -DFMT_HEADER_ONLY -I.deps/include -Isrc -I/usr/local/cuda/include)
 
+# The prebuilt bench prints its usage and exits 2 when it starts at all.
+prebuilt_runs() {
+  [[ -n ${PREBUILT:-} ]] || return 1
+  "$PREBUILT/kascade_cuda_bench" >/dev/null 2>&1
+  [[ $? == 2 ]] && ! ldd "$PREBUILT/kascade_cuda_test" | grep -q "not found"
+}
+build_here=1
+if prebuilt_runs; then
+  cp "$PREBUILT/kascade_cuda_test" "$PREBUILT/kascade_cuda_bench" "$build/"
+  echo "build: using prebuilt binaries from $PREBUILT"
+  build_here=0
+fi
+
 # Compile everything in parallel; fail if any unit fails.
+if [[ $build_here == 1 ]]; then
 pids=()
 compile() { "$@" >>"$build/compile.log" 2>&1 & pids+=($!); }
 : >"$build/compile.log"
@@ -44,8 +62,9 @@ libs=("$build/api.o" "$build/decode.o" "$build/prefill.o")
 nvcc -o "$build/kascade_cuda_test" "$build/test.o" "$build"/cpu_*.o "${libs[@]}" -Xcompiler -fopenmp || exit 1
 nvcc -o "$build/kascade_cuda_bench" "$build/bench.o" "${libs[@]}" || exit 1
 echo "build: $(( $(date +%s) - start )) s"
+fi
 
-if [[ $what == all || $what == test ]]; then
+if [[ $what != bench ]]; then
   start=$(date +%s)
   OMP_NUM_THREADS=$(nproc) timeout "${TEST_TIMEOUT:-180}" "$build/kascade_cuda_test" 2>&1 | tee "$OUT/test.log"
   echo "test: exit ${PIPESTATUS[0]}, $(( $(date +%s) - start )) s"

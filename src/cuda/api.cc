@@ -205,24 +205,31 @@ void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_o
                               detail::decode_blocks_per_sm(args.dtype, args.head_dim, detail::DecodeMode::Attend, true));
 
   const int64_t rows = int64_t(args.batch) * args.n_heads;
+  const int64_t sets = int64_t(args.batch) * args.n_kv_heads;
+  float* pooled = nullptr;
+  int2* above = nullptr;
   auto carve = [&](Carver& carver) {
     carve_partials(carver, scoring, args.head_dim);
     carve_partials(carver, sparse, args.head_dim);
     scoring.lse = carver.take<float>(rows);
-    scoring.scores = carver.take<float>(rows * args.max_seq_len);
-    scoring.score_stride = args.max_seq_len;
-    return carver.take<float>(int64_t(args.batch) * args.n_kv_heads * args.max_seq_len);
+    scoring.score_stride = (int64_t(args.max_seq_len) + 3) / 4 * 4;  // rows are read as float4
+    scoring.scores = carver.take<float>(rows * scoring.score_stride);
+    scoring.score_bounds = carver.take<float>(rows * scoring.splits * 2);
+    pooled = carver.take<float>(sets * scoring.score_stride);
+    above = carver.take<int2>(sets * selection.max_keys);
   };
   Carver sizing(nullptr);
   carve(sizing);
   Carver carver(static_cast<char*>(workspace.reserve(sizing.used())));
-  float* pooled = carve(carver);
+  carve(carver);
 
   run_decode_pass(scoring, args.dtype, args.head_dim, score_mode, stream);
 
   detail::PooledSelectParams select;
   select.scores = scoring.scores;
   select.score_stride = scoring.score_stride;
+  select.score_bounds = scoring.score_bounds;
+  select.splits = scoring.splits;
   select.lse = scoring.lse;
   select.seq_lens = args.seq_lens;
   select.batch = args.batch;
@@ -231,6 +238,7 @@ void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_o
   select.group = scoring.group;
   select.budget = budget;
   select.pooled = pooled;
+  select.above = above;
   select.indices = selection.indices;
   select.counts = selection.counts;
   select.index_stride = selection.max_keys;

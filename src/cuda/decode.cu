@@ -4,7 +4,7 @@
 //
 // One block serves up to 16 query heads of one KV group (the g heads fill the
 // rows of an m16n8k16 tile), so each K/V row is read once for the group. Its
-// four warps stream disjoint chunks of 16 keys through their own cp.async
+// warps (two or four) stream disjoint chunks of 16 keys through their own cp.async
 // pipelines (16-byte copies, swizzled tiles), keep one online-softmax state
 // each, and merge at the end; splits along the keys fill the machine at small
 // batch and are folded by the merge kernel.
@@ -18,8 +18,6 @@
 namespace kascade::cuda::detail {
 namespace {
 
-constexpr int kDecodeWarps = 4;
-constexpr int kDecodeThreads = kDecodeWarps * 32;
 constexpr int kChunkKeys = 16;  // keys per pipeline stage of a warp
 constexpr int kRowsPerBlock = 16;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -27,23 +25,46 @@ constexpr float kLn2 = 0.6931471805599453f;
 template <int kHeadDim, DecodeMode kMode>
 struct DecodeConfig {
   static constexpr bool kReadValues = kMode != DecodeMode::ScoresOnly;
+  // Warps per block. Passes that read V use two, so that four blocks fit a
+  // multiprocessor and batch 64 x 8 KV heads runs in one wave (four-warp
+  // blocks fit two per multiprocessor: two waves, each paying a block's
+  // start-up and drain); the K-only pass already fits four blocks of four.
+  static constexpr int kWarps = kReadValues ? 2 : 4;
+  static constexpr int kThreads = kWarps * 32;
   static constexpr int kStages = kHeadDim <= 128 ? 3 : 2;
   static constexpr int kTileBytes = kChunkKeys * kHeadDim * 2;
   static constexpr int kStageBytes = kTileBytes * (kReadValues ? 2 : 1);
   static constexpr int kQueryBytes = kRowsPerBlock * kHeadDim * 2;
-  static constexpr int kPipelineBytes = kDecodeWarps * kStages * kStageBytes;
+  static constexpr int kPipelineBytes = kWarps * kStages * kStageBytes;
   // The end-of-block merge reuses the pipeline buffers for per-warp outputs.
-  static constexpr int kMergeBytes = kReadValues ? kDecodeWarps * kRowsPerBlock * kHeadDim * 4 : 0;
-  static constexpr int kStateBytes = kDecodeWarps * kRowsPerBlock * 2 * 4;
+  static constexpr int kMergeBytes = kReadValues ? kWarps * kRowsPerBlock * kHeadDim * 4 : 0;
+  // Per warp and row: softmax max and sum, smallest score (score modes).
+  static constexpr int kStateBytes = kWarps * kRowsPerBlock * 3 * 4;
   static constexpr int kSharedBytes =
       kQueryBytes + (kPipelineBytes > kMergeBytes ? kPipelineBytes : kMergeBytes) + kStateBytes;
   // 16-byte pieces of one tile each lane copies.
   static constexpr int kPiecesPerLane = kChunkKeys * (kHeadDim / 8) / 32;
 };
 
+// The smallest and largest score of a row over this split (empty: +inf, -inf),
+// from the per-warp states; the pooled selection bounds its keys with them.
+template <int kWarps>
+__device__ __forceinline__ void write_score_bounds(const DecodeParams& p, const float* states, int64_t head_row0,
+                                                   int row, int split, float row_max) {
+  float smallest = INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) smallest = fminf(smallest, states[(w * kRowsPerBlock + row) * 3 + 2]);
+  float* bounds = p.score_bounds + ((head_row0 + row) * p.splits + split) * 2;
+  bounds[0] = smallest;
+  bounds[1] = row_max;
+}
+
 template <typename T, int kHeadDim, DecodeMode kMode, bool kSparse>
-__global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
+    decode_attention_kernel(const DecodeParams p) {
   using Config = DecodeConfig<kHeadDim, kMode>;
+  constexpr int kDecodeWarps = Config::kWarps;
+  constexpr int kDecodeThreads = Config::kThreads;
   using Tile = SwizzledTile<kHeadDim>;
   constexpr int kChunks = kHeadDim / 8;
   extern __shared__ __align__(128) unsigned char shared[];
@@ -68,16 +89,6 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
   const int n_chunks = begin < end ? (end - begin + kChunkKeys - 1) / kChunkKeys : 0;
   const int my_chunks = n_chunks > warp ? (n_chunks - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
 
-  // The g query rows (zero rows pad the tile to 16).
-  const T* query = static_cast<const T*>(p.queries) + (int64_t(b) * p.n_heads + head0) * kHeadDim;
-  for (int piece = threadIdx.x; piece < kRowsPerBlock * kChunks; piece += kDecodeThreads) {
-    const int row = piece / kChunks, chunk = piece % kChunks;
-    uint4 value = make_uint4(0, 0, 0, 0);
-    if (row < n_rows) value = *reinterpret_cast<const uint4*>(query + row * kHeadDim + chunk * 8);
-    *reinterpret_cast<uint4*>(query_tile + Tile::offset(row, chunk)) = value;
-  }
-  __syncthreads();
-
   const int64_t kv_offset = (int64_t(b) * p.n_kv_heads + kv_head) * p.kv_head_stride;
   const T* key_base = static_cast<const T*>(p.keys) + kv_offset;
   const T* value_base = static_cast<const T*>(p.values) + kv_offset;
@@ -89,13 +100,24 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
   unsigned char* warp_pipeline = pipeline + warp * Config::kStages * Config::kStageBytes;
 
   // Sparse: lane l holds the position of key l of the warp's next chunk,
-  // loaded one chunk ahead so the gather never waits on the index read.
+  // loaded one chunk ahead so the gather never waits on the index read. The
+  // first load is issued before the query copy so that the two overlap.
   auto load_positions = [&](int i) {
     const int key = begin + (warp + kDecodeWarps * i) * kChunkKeys + (lane & (kChunkKeys - 1));
     return i < my_chunks && key < end ? __ldg(index_row + key) : 0;
   };
   int next_positions = 0;
   if constexpr (kSparse) next_positions = load_positions(0);
+
+  // The g query rows (zero rows pad the tile to 16).
+  const T* query = static_cast<const T*>(p.queries) + (int64_t(b) * p.n_heads + head0) * kHeadDim;
+  for (int piece = threadIdx.x; piece < kRowsPerBlock * kChunks; piece += kDecodeThreads) {
+    const int row = piece / kChunks, chunk = piece % kChunks;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (row < n_rows) value = *reinterpret_cast<const uint4*>(query + row * kHeadDim + chunk * 8);
+    *reinterpret_cast<uint4*>(query_tile + Tile::offset(row, chunk)) = value;
+  }
+  __syncthreads();
 
   // Issues the copies of this warp's i-th chunk (called for i = 0, 1, ... in
   // order); always commits a group so that the wait counts stay uniform.
@@ -128,6 +150,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
   };
 
   SoftmaxState state[2];  // rows lane/4 and lane/4 + 8
+  float row_min[2] = {INFINITY, INFINITY};  // smallest score seen (score modes)
   float out[kHeadDim / 8][4];
 #pragma unroll
   for (int j = 0; j < kHeadDim / 8; ++j) out[j][0] = out[j][1] = out[j][2] = out[j][3] = 0.f;
@@ -165,15 +188,31 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
 
     if constexpr (kMode != DecodeMode::Attend) {
       // Raw scores of the real rows; dense modes only (the key is the position).
+      // Lane pairs swap halves so that each lane holds four consecutive keys
+      // of one row (even lanes row quad_row, odd lanes row quad_row + 8) and
+      // stores them at once: a full 32-byte sector per row and instruction.
+      const bool odd = quad_col & 1;
+      const int row = quad_row + (odd ? 8 : 0);
+      float* score_row = p.scores + (int64_t(b) * p.n_heads + head0 + row) * p.score_stride;
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < 2; ++j) {
+        const float x = __shfl_xor_sync(0xffffffffu, odd ? s[j][0] : s[j][2], 1);
+        const float y = __shfl_xor_sync(0xffffffffu, odd ? s[j][1] : s[j][3], 1);
+        const float four[4] = {odd ? x : s[j][0], odd ? y : s[j][1], odd ? s[j][2] : x, odd ? s[j][3] : y};
+        const int key = key0 + 8 * j + 2 * (quad_col & ~1);
+        if (row < n_rows) {
+          if (key + 3 < end) {
+            *reinterpret_cast<float4*>(score_row + key) = make_float4(four[0], four[1], four[2], four[3]);
+          } else {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = quad_row + 8 * (e >> 1);
-          const int key = key0 + 8 * j + 2 * quad_col + (e & 1);
-          if (row < n_rows && key < end)
-            p.scores[(int64_t(b) * p.n_heads + head0 + row) * p.score_stride + key] = s[j][e];
+            for (int e = 0; e < 4; ++e)
+              if (key + e < end) score_row[key + e] = four[e];
+          }
         }
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (key0 + 8 * j + 2 * quad_col + (e & 1) < end) row_min[e >> 1] = fminf(row_min[e >> 1], s[j][e]);
+      }
     }
 
 #pragma unroll
@@ -225,6 +264,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
   for (int r = 0; r < 2; ++r) {
     state[r].sum += __shfl_xor_sync(0xffffffffu, state[r].sum, 1);
     state[r].sum += __shfl_xor_sync(0xffffffffu, state[r].sum, 2);
+    row_min[r] = fminf(row_min[r], __shfl_xor_sync(0xffffffffu, row_min[r], 1));
+    row_min[r] = fminf(row_min[r], __shfl_xor_sync(0xffffffffu, row_min[r], 2));
   }
   __syncthreads();  // pipelines drained: their memory now holds per-warp outputs
 
@@ -233,8 +274,9 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
   for (int r = 0; r < 2; ++r) {
     const int row = quad_row + 8 * r;
     if (quad_col == 0) {
-      states[(warp * kRowsPerBlock + row) * 2] = state[r].max;
-      states[(warp * kRowsPerBlock + row) * 2 + 1] = state[r].sum;
+      states[(warp * kRowsPerBlock + row) * 3] = state[r].max;
+      states[(warp * kRowsPerBlock + row) * 3 + 1] = state[r].sum;
+      states[(warp * kRowsPerBlock + row) * 3 + 2] = row_min[r];
     }
     if constexpr (Config::kReadValues) {
 #pragma unroll
@@ -256,13 +298,16 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
       float value = 0.f;
 #pragma unroll
       for (int w = 0; w < kDecodeWarps; ++w) {
-        SoftmaxState other{states[(w * kRowsPerBlock + row) * 2], states[(w * kRowsPerBlock + row) * 2 + 1]};
+        SoftmaxState other{states[(w * kRowsPerBlock + row) * 3], states[(w * kRowsPerBlock + row) * 3 + 1]};
         float self_scale, other_scale;
         merged.merge(other, self_scale, other_scale);
         value = value * self_scale + warp_outputs[(w * kRowsPerBlock + row) * kHeadDim + dim] * other_scale;
       }
       value = merged.sum > 0.f ? value / merged.sum : 0.f;
       const float lse2 = merged.log2_sum_exp();
+      if constexpr (kMode == DecodeMode::AttendAndScores) {
+        if (dim == 0) write_score_bounds<kDecodeWarps>(p, states, head_row0, row, split, merged.max);
+      }
       if (p.splits == 1) {
         static_cast<T*>(p.output)[(head_row0 + row) * kHeadDim + dim] = ElementTraits<T>::from_float(value);
         if (dim == 0 && p.lse) p.lse[head_row0 + row] = lse2 * kLn2;
@@ -276,10 +321,11 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
       SoftmaxState merged;
 #pragma unroll
       for (int w = 0; w < kDecodeWarps; ++w) {
-        SoftmaxState other{states[(w * kRowsPerBlock + row) * 2], states[(w * kRowsPerBlock + row) * 2 + 1]};
+        SoftmaxState other{states[(w * kRowsPerBlock + row) * 3], states[(w * kRowsPerBlock + row) * 3 + 1]};
         float self_scale, other_scale;
         merged.merge(other, self_scale, other_scale);
       }
+      write_score_bounds<kDecodeWarps>(p, states, head_row0, row, split, merged.max);
       const float lse2 = merged.log2_sum_exp();
       if (p.splits == 1) {
         p.lse[head_row0 + row] = lse2 * kLn2;
@@ -312,52 +358,256 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const DecodeParams p)
 
 constexpr int kSelectThreads = 512;
 
-// One block per (sequence, KV head): pooled scores into scratch, then radix select.
-__global__ void __launch_bounds__(kSelectThreads, 2) pooled_select_decode_kernel(const PooledSelectParams p) {
-  __shared__ RadixSelectShared<kSelectThreads> select_shared;
+// Pooled selection: one block of 256 threads per (sequence, KV head), four
+// blocks per multiprocessor, so batch 64 x 8 KV heads fits one wave.
+constexpr int kPooledThreads = 256;
+constexpr int kPooledBins = 4096;        // linear bins over the row's bounded key range
+constexpr int kPooledCandidates = 1024;  // most keys the threshold bin may hold on the fast path
+constexpr int kPooledPerThread = 16;     // consecutive keys per thread per index-order round
+
+struct PooledSelectShared {
+  union {
+    struct {
+      unsigned int histogram[kPooledBins];
+      // The threshold bin's keys in index order: key, position, keys above the
+      // bin before it, chosen candidates before it.
+      uint32_t key[kPooledCandidates];
+      int position[kPooledCandidates];
+      int above_before[kPooledCandidates];
+      int chosen_before[kPooledCandidates];
+    } fast;
+    RadixSelectShared<kPooledThreads> fallback;  // general radix select when the bin is too full
+  };
+  unsigned int warp_totals[kPooledThreads / 32];
+  ThresholdBin threshold;
+  uint32_t low_key;
+  int shift;
+};
+
+// Exact pooled top-k in two reads of the row. The score pass bounded each
+// head's scores, so every pooled value lies in [sum_i 2^(min_i - lse_i),
+// sum_i 2^(max_i - lse_i)]; that key range is cut into 4096 equal bins.
+// Pass 1 pools (reading the g score rows once), writes the pooled row and
+// histograms it: the bin holding the k-th largest key is then known. Pass 2,
+// in index order, sends keys above that bin to a scratch list (with the
+// number of bin keys before each) and the bin's own keys to shared memory,
+// where a radix select finds the exact threshold (ties to the lower index).
+// A final merge writes the keys above the bin and the chosen bin keys in
+// ascending order. A bin holding more than kPooledCandidates keys (narrow or
+// constant rows) falls back to the general radix select over the pooled row.
+__global__ void __launch_bounds__(kPooledThreads, 4) pooled_select_decode_kernel(const PooledSelectParams p) {
+  __shared__ PooledSelectShared shared;
   extern __shared__ float group_lse2[];  // [group], log2 units
   const int kv_head = blockIdx.x, b = blockIdx.y;
+  const int tid = threadIdx.x, lane = tid & 31;
   const int n = p.seq_lens[b];
   const int k = static_cast<int>(budget_of(p.budget.percent, p.budget.min_keys, n));
   const int64_t head_row0 = int64_t(b) * p.n_heads + int64_t(kv_head) * p.group;
-  for (int r = threadIdx.x; r < p.group; r += kSelectThreads) group_lse2[r] = p.lse[head_row0 + r] * 1.4426950408889634f;
-  __syncthreads();
-  float* pooled = p.pooled + (int64_t(b) * p.n_kv_heads + kv_head) * p.score_stride;
-  // The keys' range is reduced while the pooled scores are written.
-  reset_key_range(select_shared);
-  __syncthreads();
-  uint32_t low = 0xffffffffu, high = 0u;
-  // Four positions per thread per step keep 4 x g score loads in flight.
-  constexpr int kUnroll = 4;
-  for (int base = 0; base < n; base += kUnroll * kSelectThreads) {
-    float sum[kUnroll] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 2
-    for (int r = 0; r < p.group; ++r) {
-      const float* scores = p.scores + (head_row0 + r) * p.score_stride;
-      float loaded[kUnroll];
-#pragma unroll
-      for (int e = 0; e < kUnroll; ++e) {
-        const int j = base + e * kSelectThreads + threadIdx.x;
-        loaded[e] = j < n ? scores[j] : -INFINITY;
+  const int64_t set_row = int64_t(b) * p.n_kv_heads + kv_head;
+  int* out = p.indices + set_row * p.index_stride;
+  if (kv_head == 0 && tid == 0) p.counts[b] = min(k, n);
+  if (k >= n) {  // the whole row
+    for (int i = tid; i < n; i += kPooledThreads) out[i] = i;
+    return;
+  }
+  constexpr float kLog2e = 1.4426950408889634f;
+  for (int r = tid; r < p.group; r += kPooledThreads) group_lse2[r] = p.lse[head_row0 + r] * kLog2e;
+  for (int i = tid; i < kPooledBins; i += kPooledThreads) shared.fast.histogram[i] = 0;
+  if (tid < 32) {
+    float low = 0.f, high = 0.f;
+    for (int r = lane; r < p.group; r += 32) {
+      const float* bounds = p.score_bounds + (head_row0 + r) * p.splits * 2;
+      float smallest = INFINITY, largest = -INFINITY;
+      for (int split = 0; split < p.splits; ++split) {
+        smallest = fminf(smallest, bounds[2 * split]);
+        largest = fmaxf(largest, bounds[2 * split + 1]);
       }
-#pragma unroll
-      for (int e = 0; e < kUnroll; ++e) sum[e] += exp2f(loaded[e] - group_lse2[r]);
+      const float lse2 = p.lse[head_row0 + r] * kLog2e;
+      low += exp2f(smallest - lse2);
+      high += exp2f(largest - lse2);
     }
 #pragma unroll
-    for (int e = 0; e < kUnroll; ++e) {
-      const int j = base + e * kSelectThreads + threadIdx.x;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      low += __shfl_xor_sync(0xffffffffu, low, offset);
+      high += __shfl_xor_sync(0xffffffffu, high, offset);
+    }
+    if (lane == 0) {
+      const uint32_t low_key = float_order_key(low);
+      const uint32_t high_key = max(float_order_key(high), low_key);
+      int shift = 0;
+      while (((high_key - low_key) >> shift) >= uint32_t(kPooledBins)) ++shift;
+      shared.low_key = low_key;
+      shared.shift = shift;
+    }
+  }
+  __syncthreads();
+  const uint32_t low_key = shared.low_key;
+  const int shift = shared.shift;
+  // Monotone in the key; keys outside the bounds (round-off) clamp to the end bins.
+  auto bin_of = [&](uint32_t key) -> uint32_t {
+    return key <= low_key ? 0u : min((key - low_key) >> shift, uint32_t(kPooledBins - 1));
+  };
+
+  // Pass 1: pooled scores, written and histogrammed. Two float4 groups of four
+  // heads per thread per step keep eight 16-byte loads in flight.
+  const float* scores = p.scores + head_row0 * p.score_stride;
+  float* pooled = p.pooled + set_row * p.score_stride;
+  constexpr int kGroups = 2;
+  for (int base = 0; base < n; base += kGroups * 4 * kPooledThreads) {
+    float sum[kGroups][4] = {};
+#pragma unroll 4
+    for (int r = 0; r < p.group; ++r) {
+      const float* row = scores + r * p.score_stride;
+      float4 loaded[kGroups];
+#pragma unroll
+      for (int u = 0; u < kGroups; ++u) {
+        const int j = base + 4 * (u * kPooledThreads + tid);
+        // Rows are padded to a multiple of 4: a group starting below n is in bounds.
+        loaded[u] = j < n ? *reinterpret_cast<const float4*>(row + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      const float lse2 = group_lse2[r];
+#pragma unroll
+      for (int u = 0; u < kGroups; ++u) {
+        sum[u][0] += exp2f(loaded[u].x - lse2);
+        sum[u][1] += exp2f(loaded[u].y - lse2);
+        sum[u][2] += exp2f(loaded[u].z - lse2);
+        sum[u][3] += exp2f(loaded[u].w - lse2);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kGroups; ++u) {
+      const int j = base + 4 * (u * kPooledThreads + tid);
       if (j < n) {
-        pooled[j] = sum[e];
-        const uint32_t key = float_order_key(sum[e]);
-        low = min(low, key);
-        high = max(high, key);
+        *reinterpret_cast<float4*>(pooled + j) = make_float4(sum[u][0], sum[u][1], sum[u][2], sum[u][3]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (j + e < n) atomicAdd(&shared.fast.histogram[bin_of(float_order_key(sum[u][e]))], 1u);
       }
     }
   }
-  detail::reduce_key_range(low, high, select_shared);
-  select_top_k_block<kSelectThreads>(pooled, n, k, p.indices + (int64_t(b) * p.n_kv_heads + kv_head) * p.index_stride,
-                                     select_shared, true);
-  if (kv_head == 0 && threadIdx.x == 0) p.counts[b] = min(k, n);
+  __syncthreads();
+  detail::find_threshold_bin<kPooledThreads, kPooledBins>(shared.fast.histogram, unsigned(k), shared.warp_totals,
+                                                          shared.threshold);
+  const uint32_t threshold_bin = shared.threshold.digit;
+  const unsigned int bin_take = shared.threshold.remaining;  // keys to take from the bin
+  const unsigned int bin_count = shared.threshold.count;
+  if (bin_count > kPooledCandidates) {
+    __syncthreads();  // the fallback reuses the histogram's memory
+    select_top_k_block<kPooledThreads>(pooled, n, k, out, shared.fallback);
+    return;
+  }
+
+  // Pass 2, in index order: keys above the bin to the scratch list, the bin's keys to shared memory.
+  int2* above = p.above + set_row * p.index_stride;
+  unsigned int above_seen = 0, bin_seen = 0;  // block-uniform running totals
+  for (int base = 0; base < n; base += kPooledThreads * kPooledPerThread) {
+    const int first = base + tid * kPooledPerThread;
+    float values[kPooledPerThread];
+#pragma unroll
+    for (int q = 0; q < kPooledPerThread / 4; ++q) {
+      const float4 loaded =
+          first + 4 * q < n ? *reinterpret_cast<const float4*>(pooled + first + 4 * q) : make_float4(0.f, 0.f, 0.f, 0.f);
+      values[4 * q] = loaded.x;
+      values[4 * q + 1] = loaded.y;
+      values[4 * q + 2] = loaded.z;
+      values[4 * q + 3] = loaded.w;
+    }
+    unsigned int above_mask = 0, bin_mask = 0;
+#pragma unroll
+    for (int e = 0; e < kPooledPerThread; ++e) {
+      const uint32_t bin = bin_of(float_order_key(values[e]));
+      const bool valid = first + e < n;
+      above_mask |= (valid && bin > threshold_bin) ? 1u << e : 0u;
+      bin_mask |= (valid && bin == threshold_bin) ? 1u << e : 0u;
+    }
+    // Both counts in one scan: above in the low 16 bits, bin keys in the high.
+    unsigned int total;
+    const unsigned int before = detail::block_exclusive_scan<kPooledThreads>(
+        __popc(above_mask) | (__popc(bin_mask) << 16), total, shared.warp_totals);
+    unsigned int above_at = above_seen + (before & 0xffffu);
+    unsigned int bin_at = bin_seen + (before >> 16);
+#pragma unroll
+    for (int e = 0; e < kPooledPerThread; ++e) {
+      if (above_mask & (1u << e)) {
+        above[above_at++] = make_int2(first + e, int(bin_at));
+      } else if (bin_mask & (1u << e)) {
+        shared.fast.key[bin_at] = float_order_key(values[e]);
+        shared.fast.position[bin_at] = first + e;
+        shared.fast.above_before[bin_at] = int(above_at);
+        ++bin_at;
+      }
+    }
+    above_seen += total & 0xffffu;
+    bin_seen += total >> 16;
+  }
+  __syncthreads();
+
+  // The exact threshold among the bin's keys: 12-bit digits from the top.
+  uint32_t prefix = 0, mask = 0;
+  unsigned int equal_take = bin_count;  // with mask 0 every bin key is "equal": all taken
+  if (bin_take < bin_count) {
+    equal_take = bin_take;
+    int high_bit = 31;
+    while (high_bit >= 0) {
+      const int width = high_bit + 1 < 12 ? high_bit + 1 : 12;
+      const int digit_shift = high_bit + 1 - width;
+      const uint32_t digit_mask = (1u << width) - 1u;
+      high_bit = digit_shift - 1;
+      for (int i = tid; i < kPooledBins; i += kPooledThreads) shared.fast.histogram[i] = 0;
+      __syncthreads();
+      for (unsigned int c = tid; c < bin_count; c += kPooledThreads) {
+        const uint32_t key = shared.fast.key[c];
+        if ((key & mask) == prefix) atomicAdd(&shared.fast.histogram[(key >> digit_shift) & digit_mask], 1u);
+      }
+      __syncthreads();
+      detail::find_threshold_bin<kPooledThreads, kPooledBins>(shared.fast.histogram, equal_take, shared.warp_totals,
+                                                              shared.threshold);
+      prefix |= shared.threshold.digit << digit_shift;
+      mask |= digit_mask << digit_shift;
+      equal_take = shared.threshold.remaining;
+      if (shared.threshold.count == equal_take) break;  // the whole sub-bin is taken
+    }
+  }
+
+  // Chosen bin keys: above the threshold, or equal to it and among the first
+  // equal_take equal ones in index order. Each thread owns 4 consecutive keys.
+  constexpr int kPerThread = kPooledCandidates / kPooledThreads;
+  const int c0 = tid * kPerThread;
+  uint32_t masked[kPerThread];
+  unsigned int equal_count = 0;
+#pragma unroll
+  for (int e = 0; e < kPerThread; ++e) {
+    masked[e] = c0 + e < int(bin_count) ? shared.fast.key[c0 + e] & mask : 0u;
+    equal_count += (c0 + e < int(bin_count) && masked[e] == prefix) ? 1u : 0u;
+  }
+  unsigned int total;
+  unsigned int equal_rank = detail::block_exclusive_scan<kPooledThreads>(equal_count, total, shared.warp_totals);
+  bool chosen[kPerThread];
+  unsigned int chosen_count = 0;
+#pragma unroll
+  for (int e = 0; e < kPerThread; ++e) {
+    const bool valid = c0 + e < int(bin_count);
+    const bool equal = valid && masked[e] == prefix;
+    chosen[e] = valid && (masked[e] > prefix || (equal && equal_rank < equal_take));
+    equal_rank += equal ? 1u : 0u;
+    chosen_count += chosen[e] ? 1u : 0u;
+  }
+  unsigned int chosen_at = detail::block_exclusive_scan<kPooledThreads>(chosen_count, total, shared.warp_totals);
+#pragma unroll
+  for (int e = 0; e < kPerThread; ++e) {
+    if (c0 + e < int(bin_count)) {
+      shared.fast.chosen_before[c0 + e] = int(chosen_at);
+      if (chosen[e]) out[chosen_at + shared.fast.above_before[c0 + e]] = shared.fast.position[c0 + e];
+      chosen_at += chosen[e] ? 1u : 0u;
+    }
+  }
+  __syncthreads();
+  // Keys above the bin move up by the chosen bin keys before them.
+  for (unsigned int i = tid; i < above_seen; i += kPooledThreads) {
+    const int2 entry = above[i];
+    const int chosen_before = entry.y < int(bin_count) ? shared.fast.chosen_before[entry.y] : int(bin_take);
+    out[i + chosen_before] = entry.x;
+  }
 }
 
 // One block per row of the standalone top-k.
@@ -375,6 +625,7 @@ __global__ void __launch_bounds__(kSelectThreads, 2) top_k_kernel(const float* v
 struct KernelInfo {
   const void* kernel = nullptr;
   int shared_bytes = 0;
+  int threads = 0;
   int blocks_per_sm = 1;
 };
 
@@ -384,9 +635,10 @@ const KernelInfo& decode_kernel_info() {
     KernelInfo made;
     made.kernel = reinterpret_cast<const void*>(&decode_attention_kernel<T, kHeadDim, kMode, kSparse>);
     made.shared_bytes = DecodeConfig<kHeadDim, kMode>::kSharedBytes;
+    made.threads = DecodeConfig<kHeadDim, kMode>::kThreads;
     check_cuda(cudaFuncSetAttribute(made.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, made.shared_bytes),
                "cudaFuncSetAttribute(decode_attention_kernel)");
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&made.blocks_per_sm, made.kernel, kDecodeThreads,
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&made.blocks_per_sm, made.kernel, made.threads,
                                                              made.shared_bytes),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor(decode_attention_kernel)");
     if (made.blocks_per_sm < 1) made.blocks_per_sm = 1;
@@ -454,7 +706,7 @@ void launch_decode_attention(const DecodeParams& params, DType dtype, int head_d
   const KernelInfo& info = decode_kernel(dtype, head_dim, mode, params.indices != nullptr);
   const dim3 grid(params.splits, params.n_kv_heads * params.head_blocks, params.batch);
   void* arguments[] = {const_cast<DecodeParams*>(&params)};
-  check_cuda(cudaLaunchKernel(info.kernel, grid, dim3(kDecodeThreads), arguments, info.shared_bytes, stream),
+  check_cuda(cudaLaunchKernel(info.kernel, grid, dim3(info.threads), arguments, info.shared_bytes, stream),
              "launch decode_attention_kernel");
 }
 
@@ -469,7 +721,7 @@ void launch_decode_merge(const DecodeParams& params, DType dtype, int head_dim, 
 
 void launch_pooled_select_decode(const PooledSelectParams& params, cudaStream_t stream) {
   const dim3 grid(params.n_kv_heads, params.batch);
-  pooled_select_decode_kernel<<<grid, kSelectThreads, params.group * sizeof(float), stream>>>(params);
+  pooled_select_decode_kernel<<<grid, kPooledThreads, params.group * sizeof(float), stream>>>(params);
   check_cuda(cudaGetLastError(), "launch pooled_select_decode_kernel");
 }
 

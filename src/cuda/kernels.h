@@ -60,7 +60,8 @@ struct DecodeParams {
   float* partial_out = nullptr;  // [batch][n_heads][splits][head_dim], normalised
   float* partial_lse = nullptr;  // [batch][n_heads][splits], log2 units
   float* scores = nullptr;       // raw scores in log2 units [batch][n_heads][score_stride]
-  int64_t score_stride = 0;
+  int64_t score_stride = 0;      // a multiple of 4 (rows are read as float4)
+  float* score_bounds = nullptr;  // [batch][n_heads][splits][2]: smallest, largest score of the split
 };
 
 int decode_blocks_per_sm(DType dtype, int head_dim, DecodeMode mode, bool sparse);
@@ -74,12 +75,15 @@ void launch_decode_merge(const DecodeParams& params, DType dtype, int head_dim, 
 // 2^(s - lse)) and the exact top budget(n) per (sequence, KV head).
 struct PooledSelectParams {
   const float* scores = nullptr;  // log2 units [batch][n_heads][score_stride]
-  int64_t score_stride = 0;
+  int64_t score_stride = 0;       // a multiple of 4
+  const float* score_bounds = nullptr;  // [batch][n_heads][splits][2], as DecodeParams
+  int splits = 1;
   const float* lse = nullptr;  // natural [batch][n_heads]
   const int* seq_lens = nullptr;
   int batch = 0, n_heads = 0, n_kv_heads = 0, group = 0;
   Budget budget;
   float* pooled = nullptr;  // scratch [batch][n_kv_heads][score_stride]
+  int2* above = nullptr;    // scratch [batch][n_kv_heads][index_stride]
   int* indices = nullptr;   // [batch][n_kv_heads][index_stride]
   int* counts = nullptr;    // [batch]
   int64_t index_stride = 0;

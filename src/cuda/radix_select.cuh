@@ -16,20 +16,25 @@
 
 namespace kascade::cuda {
 
+// The histogram bin holding the `remaining`-th largest key: its digit, the
+// rank still to take inside it, and how many keys it holds.
+struct ThresholdBin {
+  unsigned int digit;
+  unsigned int remaining;
+  unsigned int count;
+};
+
 template <int kThreads>
 struct RadixSelectShared {
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kBins = 2048;        // 11-bit digits
   static constexpr int kCandidates = 2048;  // keys kept in shared memory once the bin is this small
-  static_assert(kBins % kThreads == 0, "each thread owns whole bins when scanning");
   unsigned int histogram[kBins];
   uint32_t candidates[kCandidates];
   unsigned int warp_totals[kWarps];
   unsigned int candidate_count;
   unsigned int min_key, max_key;  // the row's key range
-  unsigned int digit;
-  unsigned int remaining;
-  unsigned int bin_count;
+  ThresholdBin threshold;
 };
 
 namespace detail {
@@ -54,7 +59,7 @@ __device__ __forceinline__ void reduce_key_range(uint32_t low, uint32_t high, Ra
 // total; uses warp shuffles and one shared slot per warp. Two barriers.
 template <int kThreads>
 __device__ __forceinline__ unsigned int block_exclusive_scan(unsigned int count, unsigned int& total,
-                                                             RadixSelectShared<kThreads>& shared) {
+                                                             unsigned int* warp_totals) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   unsigned int inclusive = count;
@@ -63,13 +68,13 @@ __device__ __forceinline__ unsigned int block_exclusive_scan(unsigned int count,
     const unsigned int up = __shfl_up_sync(0xffffffffu, inclusive, offset);
     if (lane >= offset) inclusive += up;
   }
-  if (lane == 31) shared.warp_totals[warp] = inclusive;
+  if (lane == 31) warp_totals[warp] = inclusive;
   __syncthreads();
   unsigned int before = 0;
   total = 0;
 #pragma unroll
-  for (int w = 0; w < RadixSelectShared<kThreads>::kWarps; ++w) {
-    const unsigned int t = shared.warp_totals[w];
+  for (int w = 0; w < kThreads / 32; ++w) {
+    const unsigned int t = warp_totals[w];
     before += w < warp ? t : 0u;
     total += t;
   }
@@ -77,27 +82,30 @@ __device__ __forceinline__ unsigned int block_exclusive_scan(unsigned int count,
   return before + inclusive - count;
 }
 
-// Finds the bin holding the `remaining`-th largest key counted from the top
-// bin; publishes it with its count and the rank left inside it.
-template <int kThreads>
-__device__ __forceinline__ void find_threshold_bin(unsigned int remaining, RadixSelectShared<kThreads>& shared) {
-  constexpr int kPerThread = RadixSelectShared<kThreads>::kBins / kThreads;
+// Finds the bin of `histogram` (kBins counts) holding the `remaining`-th
+// largest key counted from the top bin; publishes it in `result`. Ends with a
+// barrier.
+template <int kThreads, int kBins>
+__device__ __forceinline__ void find_threshold_bin(const unsigned int* histogram, unsigned int remaining,
+                                                   unsigned int* warp_totals, ThresholdBin& result) {
+  static_assert(kBins % kThreads == 0, "each thread owns whole bins when scanning");
+  constexpr int kPerThread = kBins / kThreads;
   unsigned int counts[kPerThread];
   unsigned int local = 0;
 #pragma unroll
   for (int j = 0; j < kPerThread; ++j) {
-    counts[j] = shared.histogram[RadixSelectShared<kThreads>::kBins - 1 - threadIdx.x * kPerThread - j];
+    counts[j] = histogram[kBins - 1 - threadIdx.x * kPerThread - j];
     local += counts[j];
   }
   unsigned int total;
-  unsigned int above = block_exclusive_scan(local, total, shared);
+  unsigned int above = block_exclusive_scan<kThreads>(local, total, warp_totals);
   if (above < remaining && remaining <= above + local) {
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       if (above < remaining && remaining <= above + counts[j]) {
-        shared.digit = RadixSelectShared<kThreads>::kBins - 1 - threadIdx.x * kPerThread - j;
-        shared.remaining = remaining - above;
-        shared.bin_count = counts[j];
+        result.digit = kBins - 1 - threadIdx.x * kPerThread - j;
+        result.remaining = remaining - above;
+        result.count = counts[j];
       }
       above += counts[j];
     }
@@ -193,11 +201,12 @@ __device__ void select_top_k_block(const float* values, int n, int k, int* out, 
       }
     }
     __syncthreads();
-    detail::find_threshold_bin<kThreads>(remaining, shared);
-    prefix |= shared.digit << shift;
+    detail::find_threshold_bin<kThreads, Shared::kBins>(shared.histogram, remaining, shared.warp_totals,
+                                                        shared.threshold);
+    prefix |= shared.threshold.digit << shift;
     mask |= digit_mask << shift;
-    remaining = shared.remaining;
-    const unsigned int bin_count = shared.bin_count;
+    remaining = shared.threshold.remaining;
+    const unsigned int bin_count = shared.threshold.count;
     if (bin_count == remaining) break;  // the whole bin is taken: no finer digit matters
     if (high_bit >= 0 && !compacted && bin_count <= Shared::kCandidates) {
       if (tid == 0) shared.candidate_count = 0;
@@ -223,7 +232,7 @@ __device__ void select_top_k_block(const float* values, int n, int k, int* out, 
       __syncthreads();
       compacted = true;
     }
-    __syncthreads();  // digit/remaining/bin_count are rewritten by the next digit
+    __syncthreads();  // the threshold is rewritten by the next digit
   }
 
   // Final pass in index order: each thread owns 8 consecutive elements per round.
@@ -239,7 +248,8 @@ __device__ void select_top_k_block(const float* values, int n, int k, int* out, 
       equal_count += (first + e < n && keys[e] == prefix) ? 1u : 0u;
     }
     unsigned int equal_total;
-    unsigned int equal_rank = equal_seen + detail::block_exclusive_scan(equal_count, equal_total, shared);
+    unsigned int equal_rank =
+        equal_seen + detail::block_exclusive_scan<kThreads>(equal_count, equal_total, shared.warp_totals);
     bool take[kPerThread];
     unsigned int take_count = 0;
 #pragma unroll
@@ -251,7 +261,8 @@ __device__ void select_top_k_block(const float* values, int n, int k, int* out, 
       take_count += take[e] ? 1u : 0u;
     }
     unsigned int take_total;
-    unsigned int position = taken + detail::block_exclusive_scan(take_count, take_total, shared);
+    unsigned int position =
+        taken + detail::block_exclusive_scan<kThreads>(take_count, take_total, shared.warp_totals);
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) {
       if (take[e]) out[position++] = first + e;
