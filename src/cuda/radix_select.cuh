@@ -115,23 +115,10 @@ __device__ __forceinline__ void find_threshold_bin(const unsigned int* histogram
 
 }  // namespace detail
 
-// Prepares shared.min_key / max_key before a caller accumulates a range.
-template <int kThreads>
-__device__ __forceinline__ void reset_key_range(RadixSelectShared<kThreads>& shared) {
-  if (threadIdx.x == 0) {
-    shared.min_key = 0xffffffffu;
-    shared.max_key = 0u;
-  }
-}
-
 // Selects the k largest of values[0, n) into out[0, k) in ascending index
-// order. All threads of the block must call it; it ends with a barrier. With
-// range_ready the caller has already reduced the keys' range into shared
-// (reset_key_range, then detail::reduce_key_range over every value), saving
-// a pass over the row.
+// order. All threads of the block must call it; it ends with a barrier.
 template <int kThreads>
-__device__ void select_top_k_block(const float* values, int n, int k, int* out, RadixSelectShared<kThreads>& shared,
-                                   bool range_ready = false) {
+__device__ void select_top_k_block(const float* values, int n, int k, int* out, RadixSelectShared<kThreads>& shared) {
   using Shared = RadixSelectShared<kThreads>;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -142,28 +129,30 @@ __device__ void select_top_k_block(const float* values, int n, int k, int* out, 
   }
   if (k <= 0) return;
 
-  if (!range_ready) {
-    reset_key_range(shared);
-    __syncthreads();
-    uint32_t low = 0xffffffffu, high = 0u;
-    for (int base = 0; base < n; base += 4 * kThreads) {
-      float loaded[4];
+  // The keys' range, reduced into shared.min_key / max_key.
+  if (tid == 0) {
+    shared.min_key = 0xffffffffu;
+    shared.max_key = 0u;
+  }
+  __syncthreads();
+  uint32_t low = 0xffffffffu, high = 0u;
+  for (int base = 0; base < n; base += 4 * kThreads) {
+    float loaded[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = base + e * kThreads + tid;
-        loaded[e] = i < n ? values[i] : 0.f;
-      }
+    for (int e = 0; e < 4; ++e) {
+      const int i = base + e * kThreads + tid;
+      loaded[e] = i < n ? values[i] : 0.f;
+    }
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (base + e * kThreads + tid < n) {
-          const uint32_t key = float_order_key(loaded[e]);
-          low = min(low, key);
-          high = max(high, key);
-        }
+    for (int e = 0; e < 4; ++e) {
+      if (base + e * kThreads + tid < n) {
+        const uint32_t key = float_order_key(loaded[e]);
+        low = min(low, key);
+        high = max(high, key);
       }
     }
-    detail::reduce_key_range(low, high, shared);
   }
+  detail::reduce_key_range(low, high, shared);
   const uint32_t min_key = shared.min_key, max_key = shared.max_key;
   // Bits above the highest differing one are common: they start the threshold.
   int high_bit = min_key == max_key ? -1 : 31 - __clz(min_key ^ max_key);
