@@ -298,7 +298,6 @@ inline void run_and_check(Strategy& fast, Reference& ref, const Problem& p,
   const int d = p.d();
   LiveCache cache(p);
   std::vector<std::vector<int32_t>> expected;
-  std::vector<int32_t> kept;
   for (const Chunk& chunk : chunks) {
     cache.write(p, chunk.first, chunk.first + chunk.n);
     std::vector<float> queries(size_t(chunk.n * s.n_heads * d));
@@ -317,40 +316,53 @@ inline void run_and_check(Strategy& fast, Reference& ref, const Problem& p,
       fast.forward(step);
       expected.assign(size_t(chunk.n * s.n_heads), {});
       ref.expected(p, step, fast, expected, stats);
-      for (int64_t q = 0; q < chunk.n; ++q)
-        for (int head = 0; head < s.n_heads; ++head) {
-          const int64_t position = chunk.first + q;
-          const std::string where = fmt::format("{} layer {} position {} head {}", label, l,
-                                                position, head);
-          fast.kept_keys(step, q, head, kept);
-          const std::vector<int32_t>& keys = expected[size_t(q * s.n_heads + head)];
-          if (kept != keys) {
-            ADD_FAILURE() << where << ": kept " << kept.size() << " keys, expected "
-                          << keys.size();
-            return;
-          }
-          if (!keys.empty() && keys.back() > position) {
-            ADD_FAILURE() << where << ": key " << keys.back() << " after the query";
-            return;
-          }
-          const std::vector<double> want = attend(p, l, position, head, keys);
-          const double tol = tolerance(p, l, position, head, keys);
-          const float* got = output.data() + (q * s.n_heads + head) * d;
-          for (int c = 0; c < d; ++c) {
-            const double err = std::abs(double(got[c]) - want[c]);
-            if (!(err <= tol)) {
-              ADD_FAILURE() << where << " element " << c << ": " << got[c] << " vs " << want[c]
-                            << " (tolerance " << tol << ")";
-              return;
-            }
-            if (err / tol > stats.worst_ratio) {
-              stats.worst_ratio = err / tol;
-              stats.worst_error = err;
-              stats.worst_where = where;
-            }
-          }
-          ++stats.outputs;
+      // Rows checked in parallel (the reference is the slow part); the first
+      // failure in row order is reported.
+      const int64_t n_rows = chunk.n * s.n_heads;
+      std::vector<std::string> failures(static_cast<size_t>(n_rows));
+      std::vector<double> ratios(static_cast<size_t>(n_rows), 0.0), errors(ratios);
+#pragma omp parallel for schedule(dynamic, 4)
+      for (int64_t row = 0; row < n_rows; ++row) {
+        const int64_t q = row / s.n_heads, position = chunk.first + q;
+        const int head = int(row % s.n_heads);
+        std::vector<int32_t> kept;
+        fast.kept_keys(step, q, head, kept);
+        const std::vector<int32_t>& keys = expected[size_t(row)];
+        if (kept != keys) {
+          failures[row] = fmt::format("kept {} keys, expected {}", kept.size(), keys.size());
+          continue;
         }
+        if (!keys.empty() && keys.back() > position) {
+          failures[row] = fmt::format("key {} after the query", keys.back());
+          continue;
+        }
+        const std::vector<double> want = attend(p, l, position, head, keys);
+        const double tol = tolerance(p, l, position, head, keys);
+        const float* got = output.data() + row * d;
+        for (int c = 0; c < d; ++c) {
+          const double err = std::abs(double(got[c]) - want[c]);
+          if (!(err <= tol)) {
+            failures[row] = fmt::format("element {}: {} vs {} (tolerance {})", c, got[c],
+                                        want[c], tol);
+            break;
+          }
+          if (err / tol > ratios[row]) ratios[row] = err / tol, errors[row] = err;
+        }
+      }
+      for (int64_t row = 0; row < n_rows; ++row) {
+        const std::string where = fmt::format("{} layer {} position {} head {}", label, l,
+                                              chunk.first + row / s.n_heads, row % s.n_heads);
+        if (!failures[row].empty()) {
+          ADD_FAILURE() << where << ": " << failures[row];
+          return;
+        }
+        if (ratios[row] > stats.worst_ratio) {
+          stats.worst_ratio = ratios[row];
+          stats.worst_error = errors[row];
+          stats.worst_where = where;
+        }
+        ++stats.outputs;
+      }
     }
   }
 }
@@ -431,14 +443,17 @@ class KascadeRef : public Reference {
       sets_.assign(units.size() * size_t(n_pools), {});
       pending_.assign(sets_.size(), {});
       const int64_t fixed = budget(step.first_position + step.n_queries, k_.percent, k_.min_k);
-      for (size_t u = 0; u < units.size(); ++u) {
-        const RefUnit& unit = units[u];
+      const int64_t n_items = int64_t(sets_.size());
+#pragma omp parallel for schedule(dynamic, 1)
+      for (int64_t item = 0; item < n_items; ++item) {
+        const RefUnit& unit = units[size_t(item / n_pools)];
+        const int pool = int(item % n_pools);
         const int64_t n = unit.n_candidates;
         const int64_t k = (k_.fixed && step.phase == Phase::Prefill)
                               ? std::min(fixed, n)
                               : budget(n, k_.percent, k_.min_k);
-        for (int pool = 0; pool < n_pools; ++pool) {
-          std::vector<int32_t>& set = sets_[u * n_pools + pool];
+        {
+          std::vector<int32_t>& set = sets_[size_t(item)];
           if (k >= n) {
             set = all_keys(n);
             continue;
@@ -457,7 +472,7 @@ class KascadeRef : public Reference {
               }
             }
           set = top_k(pooled, k);
-          pending_[u * n_pools + pool] = {std::move(pooled), k, l, unit.start, pool};
+          pending_[size_t(item)] = {std::move(pooled), k, l, unit.start, pool};
         }
       }
     }
@@ -512,33 +527,46 @@ class OracleRef : public Reference {
                 std::vector<std::vector<int32_t>>& keys, Stats& stats) override {
     const Shape& s = p.shape;
     const int l = step.layer;
-    for (const RefUnit& unit : ref_units(step, tile_))
-      for (int head = 0; head < s.n_heads; ++head) {
-        std::vector<int32_t> set = all_keys(unit.n_candidates);
-        const int64_t n = unit.n_candidates, k = budget(n, percent_, min_k_);
-        if (!dense_.count(l) && k < n) {
-          std::vector<double> pooled(size_t(n), 0.0);
-          for (int64_t t = 0; t < unit.length; ++t) {
-            const std::vector<double> row = softmax_row(p, l, unit.start + t, head);
-            for (int64_t j = 0; j < n; ++j) pooled[j] += row[j];
-          }
-          const std::vector<int32_t> fast_set = fast_selection(fast, step, unit, head);
-          set = check_selection(pooled, k, fast_set, stats,
-                                fmt::format("oracle layer {} unit at {} head {}", l, unit.start, head))
-                    ? fast_set
-                    : top_k(pooled, k);
-        }
+    const std::vector<RefUnit> units = ref_units(step, tile_);
+    const int64_t n_items = int64_t(units.size()) * s.n_heads;
+    std::vector<std::vector<double>> pooled(static_cast<size_t>(n_items));
+    if (!dense_.count(l)) {
+#pragma omp parallel for schedule(dynamic, 1)
+      for (int64_t item = 0; item < n_items; ++item) {
+        const RefUnit& unit = units[size_t(item / s.n_heads)];
+        const int head = int(item % s.n_heads);
+        const int64_t n = unit.n_candidates;
+        if (budget(n, percent_, min_k_) >= n) continue;
+        pooled[item].assign(size_t(n), 0.0);
         for (int64_t t = 0; t < unit.length; ++t) {
-          const int64_t q = unit.first_query + t, position = step.first_position + q;
-          std::vector<int32_t>& out = keys[q * s.n_heads + head];
-          if (dense_.count(l)) {
-            out = all_keys(position + 1);
-          } else {
-            out = set;
-            add_own_tile(unit, position, out);
-          }
+          const std::vector<double> row = softmax_row(p, l, unit.start + t, head);
+          for (int64_t j = 0; j < n; ++j) pooled[item][j] += row[j];
         }
       }
+    }
+    for (int64_t item = 0; item < n_items; ++item) {
+      const RefUnit& unit = units[size_t(item / s.n_heads)];
+      const int head = int(item % s.n_heads);
+      std::vector<int32_t> set = all_keys(unit.n_candidates);
+      if (!pooled[item].empty()) {
+        const int64_t k = budget(unit.n_candidates, percent_, min_k_);
+        const std::vector<int32_t> fast_set = fast_selection(fast, step, unit, head);
+        set = check_selection(pooled[item], k, fast_set, stats,
+                              fmt::format("oracle layer {} unit at {} head {}", l, unit.start, head))
+                  ? fast_set
+                  : top_k(pooled[item], k);
+      }
+      for (int64_t t = 0; t < unit.length; ++t) {
+        const int64_t q = unit.first_query + t, position = step.first_position + q;
+        std::vector<int32_t>& out = keys[q * s.n_heads + head];
+        if (dense_.count(l)) {
+          out = all_keys(position + 1);
+        } else {
+          out = set;
+          add_own_tile(unit, position, out);
+        }
+      }
+    }
   }
 
  private:

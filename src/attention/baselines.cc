@@ -251,8 +251,9 @@ class SharedSetStrategy : public Strategy {
     last_dense_ = step.phase == Phase::Prefill || dense_[j] || selecting_[j];
     if (step.phase == Phase::Decode && selecting_[j]) {
       units_ = query_units(step);
-      choose(step, units_);
+      choose(step, units_);  // also writes the layer's dense output
       selected_ = StepId::of(step);
+      return;
     }
     if (last_dense_) {
       exact_.dense(step);
@@ -271,7 +272,7 @@ class SharedSetStrategy : public Strategy {
   }
 
  protected:
-  // Fills sets_[u] for every unit.
+  // Fills sets_[u] for every unit and writes the step's dense output.
   virtual void choose(const Step& step, std::span<const Unit> units) = 0;
 
   Shape shape_;
@@ -293,8 +294,9 @@ class OmniKvStrategy final : public SharedSetStrategy {
 
  private:
   void choose(const Step& step, std::span<const Unit> units) override {
-    selector_.select(step, units, PoolMode::AllHeadsMax, Pooling::PostSoftmax,
-                     [&](const Unit& unit) { return step_budget(options_, unit.n_candidates); });
+    selector_.select(
+        step, units, PoolMode::AllHeadsMax, Pooling::PostSoftmax,
+        [&](const Unit& unit) { return step_budget(options_, unit.n_candidates); }, true);
     sets_.resize(units.size());
     for (size_t u = 0; u < units.size(); ++u) {
       const std::span<const int32_t> set = selector_.set(int64_t(u), 0);
@@ -324,6 +326,19 @@ class LessIsMoreStrategy final : public SharedSetStrategy {
     const int64_t n = unit.n_candidates;
     const int64_t kept = step_budget(options_, n);
     keys.clear();
+    std::vector<GroupQueries> groups;
+    std::vector<kernels::Rows<T>> key_list, values;
+    std::vector<GroupOutput> outputs;
+    for (int h = 0; h < shape_.n_kv_heads; ++h) {
+      groups.push_back(unit_queries(shape_, step, unit, h * g, g));
+      key_list.push_back(key_rows<T>(shape_, step.cache, h));
+      values.push_back(value_rows<T>(shape_, step.cache, h));
+      outputs.push_back(unit_output(shape_, step, unit, h * g));
+    }
+    // Per-head scores, and the layer's dense output from the same pass.
+    std::vector<float> pooled(size_t(n_heads * n));
+    scorer_.score<T>(groups, key_list, n, d, PoolMode::PerQueryHead, Pooling::PostSoftmax,
+                     pooled.data(), n, nullptr, values, outputs);
     if (kept >= n) {
       keys.resize(size_t(n));
       std::iota(keys.begin(), keys.end(), 0);
@@ -341,15 +356,6 @@ class LessIsMoreStrategy final : public SharedSetStrategy {
     if (middle >= hi - lo) {
       std::fill(taken.begin() + lo, taken.begin() + hi, 1);
     } else if (middle > 0) {
-      std::vector<GroupQueries> groups;
-      std::vector<kernels::Rows<T>> key_list;
-      for (int h = 0; h < shape_.n_kv_heads; ++h) {
-        groups.push_back(unit_queries(shape_, step, unit, h * g, g));
-        key_list.push_back(key_rows<T>(shape_, step.cache, h));
-      }
-      std::vector<float> pooled(size_t(n_heads * n));
-      scorer_.score<T>(groups, key_list, n, d, PoolMode::PerQueryHead, Pooling::PostSoftmax,
-                       pooled.data(), n, nullptr);
       // Each head's top `middle` of [lo, hi), best first (ties: lower index).
       std::vector<std::vector<int32_t>> ranked(static_cast<size_t>(n_heads));
 #pragma omp parallel for schedule(dynamic, 1)

@@ -63,8 +63,7 @@ class DiagnosticStrategy final : public Strategy {
   template <typename T>
   void kept_mass(const Step& step, LayerReport& report) {
     const int d = shape_.head_dim, g = shape_.group(), n_kv = shape_.n_kv_heads;
-    int64_t head_floats = 0;
-    const float* panels = pack_step_keys<T>(shape_, step, panels_, &head_floats);
+    const PackedStep packed = pack_step<T>(shape_, step, false, panels_);
     const std::vector<Unit> units = make_units(step, 32);
     const int64_t n_items = int64_t(units.size()) * n_kv;
     std::vector<double> mass(size_t(step.n_queries * shape_.n_heads));
@@ -83,7 +82,7 @@ class DiagnosticStrategy final : public Strategy {
         std::vector<float> q(size_t(rows.n_rows() * d));
         kernels::pack_queries(rows, d, q.data());
         lse.resize(size_t(rows.n_rows()));
-        score_prefill_group(q.data(), rows, 0, d, panels + h * head_floats, Pooling::PostSoftmax,
+        score_prefill_group(q.data(), rows, 0, d, packed.head(h).key_panels, Pooling::PostSoftmax,
                             false, nullptr, 0, lse.data(), scratch);
         for (int64_t t = 0; t < unit.length; ++t)
           for (int r = 0; r < g; ++r) {

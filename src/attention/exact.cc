@@ -72,8 +72,7 @@ std::vector<ThreadScratch>& ExactAttention::thread_scratch() {
   return threads_;
 }
 
-// Rows, limits and packed queries of `n_positions` x `group` query rows.
-static void prepare_rows(const GroupQueries& queries, int d, ThreadScratch& scratch, float** q,
+void prepare_rows(const GroupQueries& queries, int d, ThreadScratch& scratch, float** q,
                          float** acc) {
   const int64_t rows = queries.n_rows();
   *q = scratch.queries.get(rows * d);
@@ -88,26 +87,33 @@ static void prepare_rows(const GroupQueries& queries, int d, ThreadScratch& scra
 }
 
 template <typename T>
-float* pack_step_keys(const Shape& shape, const Step& step, kernels::Scratch& buffer,
-                      int64_t* head_floats) {
+PackedStep pack_step(const Shape& shape, const Step& step, bool values, kernels::Scratch& buffer) {
   const int d = shape.head_dim, n_kv = shape.n_kv_heads;
   const int64_t end = step.first_position + step.n_queries;
-  *head_floats = kernels::round_up(end, kernels::kPanelWidth) * d;
-  float* panels = buffer.get(n_kv * *head_floats);
+  PackedStep packed;
+  packed.key_floats = kernels::round_up(end, kernels::kPanelWidth) * d;
+  packed.value_floats =
+      values ? kernels::round_up(end, kernels::kKeyBlock) * kernels::acc_stride(d) : 0;
+  packed.data = buffer.get(n_kv * (packed.key_floats + packed.value_floats));
   const int64_t n_chunks = (end + kernels::kKeyBlock - 1) / kernels::kKeyBlock;
 #pragma omp parallel for schedule(static)
   for (int64_t item = 0; item < n_kv * n_chunks; ++item) {
     const int h = int(item / n_chunks);
     const int64_t first = (item % n_chunks) * kernels::kKeyBlock;
-    kernels::pack_key_panels(key_rows<T>(shape, step.cache, h),
-                             KeyList{nullptr, first, std::min(kernels::kKeyBlock, end - first)}, d,
-                             panels + h * *head_floats + first * d);
+    const KeyList chunk{nullptr, first, std::min(kernels::kKeyBlock, end - first)};
+    const kernels::PackedKv head = packed.head(h);
+    kernels::pack_key_panels(key_rows<T>(shape, step.cache, h), chunk, d,
+                             const_cast<float*>(head.key_panels) + first * d);
+    if (values)
+      kernels::pack_value_chunks(value_rows<T>(shape, step.cache, h), chunk, d,
+                                 const_cast<float*>(head.value_chunks) +
+                                     first * kernels::acc_stride(d));
   }
-  return panels;
+  return packed;
 }
 
-template float* pack_step_keys<float>(const Shape&, const Step&, kernels::Scratch&, int64_t*);
-template float* pack_step_keys<uint16_t>(const Shape&, const Step&, kernels::Scratch&, int64_t*);
+template PackedStep pack_step<float>(const Shape&, const Step&, bool, kernels::Scratch&);
+template PackedStep pack_step<uint16_t>(const Shape&, const Step&, bool, kernels::Scratch&);
 
 void ExactAttention::dense(const Step& step) {
   check_step(shape_, step);
@@ -123,28 +129,9 @@ void ExactAttention::dense(const Step& step) {
 template <typename T>
 void ExactAttention::dense_prefill(const Step& step) {
   const int d = shape_.head_dim, g = shape_.group(), n_kv = shape_.n_kv_heads;
-  const int64_t end = step.first_position + step.n_queries;
   // Each KV head's keys and values packed once, shared by all its query blocks.
-  const int64_t key_floats = kernels::round_up(end, kernels::kPanelWidth) * d;
-  const int64_t value_floats = kernels::round_up(end, kernels::kKeyBlock) * kernels::acc_stride(d);
-  float* packed = packed_.get(n_kv * (key_floats + value_floats));
-  auto packed_head = [&](int h) {
-    float* base = packed + h * (key_floats + value_floats);
-    return kernels::PackedKv{base, base + key_floats};
-  };
+  const PackedStep packed = pack_step<T>(shape_, step, true, packed_);
   auto& threads = thread_scratch();
-  const int64_t n_chunks = (end + kernels::kKeyBlock - 1) / kernels::kKeyBlock;
-#pragma omp parallel for schedule(static)
-  for (int64_t item = 0; item < n_kv * n_chunks; ++item) {
-    const int h = int(item / n_chunks);
-    const int64_t first = (item % n_chunks) * kernels::kKeyBlock;
-    const KeyList chunk{nullptr, first, std::min(kernels::kKeyBlock, end - first)};
-    const kernels::PackedKv head = packed_head(h);
-    kernels::pack_key_panels(key_rows<T>(shape_, step.cache, h), chunk, d,
-                             const_cast<float*>(head.key_panels) + first * d);
-    kernels::pack_value_chunks(value_rows<T>(shape_, step.cache, h), chunk, d,
-                               const_cast<float*>(head.value_chunks) + first * kernels::acc_stride(d));
-  }
 
   // About 96 rows per block keeps the micro-kernels busy for any group size.
   const int64_t block = std::max<int64_t>(8, 96 / g);
@@ -162,7 +149,7 @@ void ExactAttention::dense_prefill(const Step& step) {
       float *q, *acc;
       prepare_rows(queries, d, scratch, &q, &acc);
       const KeyList keys{nullptr, 0, unit.start + unit.length};
-      const kernels::PackedKv head = packed_head(h);
+      const kernels::PackedKv head = packed.head(h);
       kernels::attend_block_rows(q, queries.n_rows(), d, key_rows<T>(shape_, step.cache, h),
                                  value_rows<T>(shape_, step.cache, h), keys,
                                  scratch.limits.data(), &head, scratch.states.data(), acc,

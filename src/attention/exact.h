@@ -74,11 +74,24 @@ struct ThreadScratch {
   std::vector<float> row_values, pooled;
 };
 
-// Packs every KV head's keys [0, first_position + n_queries) of the step into
-// key panels, in parallel: head h at the returned pointer + h * head_floats.
+// Every KV head's keys (and values when asked) of positions
+// [0, first_position + n_queries), packed once for the prefill kernels.
+struct PackedStep {
+  float* data = nullptr;
+  int64_t key_floats = 0, value_floats = 0;  // per head
+  kernels::PackedKv head(int h) const {
+    float* base = data + h * (key_floats + value_floats);
+    return {base, value_floats ? base + key_floats : nullptr};
+  }
+};
+
 template <typename T>
-float* pack_step_keys(const Shape& shape, const Step& step, kernels::Scratch& buffer,
-                      int64_t* head_floats);
+PackedStep pack_step(const Shape& shape, const Step& step, bool values, kernels::Scratch& buffer);
+
+// Packs the group's rows for the kernels (q), zeroes their accumulators
+// (acc, rows x acc_stride(d)) and states, and sets each row's causal limit.
+void prepare_rows(const GroupQueries& queries, int d, ThreadScratch& scratch, float** q,
+                  float** acc);
 
 // Exact attention of one group's rows (t, r) over the ascending key list,
 // each row seeing the list keys <= its position, written to `out`. Packs the

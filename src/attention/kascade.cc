@@ -57,7 +57,9 @@ class KascadeStrategy final : public Strategy {
     const int j = step.layer;
     units_ = make_units(step, options_.tile);
     if (anchor_of_[j] == j) {
-      select(step);
+      select(step, dense_[j]);  // a dense anchor's output comes with its selection
+      last_layer_ = j;
+      if (dense_[j]) return;
     } else if (!dense_[j] && !selected_matches(step, anchor_of_[j])) {
       fail("kascade: layer {} reuses anchor layer {}, which has not run for this step "
            "(positions {}..{})",
@@ -87,7 +89,7 @@ class KascadeStrategy final : public Strategy {
     return profile_.head_map[j][h];
   }
 
-  void select(const Step& step) {
+  void select(const Step& step, bool dense_output) {
     const int64_t end = step.first_position + step.n_queries;
     const int64_t fixed = budget(end, options_.budget_percent, options_.min_k);
     const bool fixed_prefill = options_.fixed_budget && step.phase == Phase::Prefill;
@@ -97,7 +99,8 @@ class KascadeStrategy final : public Strategy {
         [&](const Unit& unit) {
           if (fixed_prefill) return std::min(fixed, unit.n_candidates);
           return budget(unit.n_candidates, options_.budget_percent, options_.min_k);
-        });
+        },
+        dense_output);
     selected_ = {step.first_position, step.n_queries, step.phase, step.layer, true};
   }
 

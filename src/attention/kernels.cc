@@ -210,7 +210,7 @@ static inline void prefetch_row(const T* row, int d) {
   for (size_t off = 0; off < size_t(d) * sizeof(T); off += 64) _mm_prefetch(bytes + off, _MM_HINT_T0);
 }
 
-constexpr int64_t kPrefetchDistance = 8;
+constexpr int64_t kPrefetchDistance = 16;
 
 template <typename T, bool kGather>
 static inline const T* list_row(Rows<T> rows, const KeyList& list, int64_t i) {
@@ -371,11 +371,9 @@ static void dot_block(const float* const (&q)[3], int d, Rows<T> keys, const Key
   // those results, so every key's dot product has the same rounding.
   for (int64_t i = 0; i < list.count; i += 4) {
     const int64_t valid = std::min<int64_t>(4, list.count - i);
-    if constexpr (kGather) {
-      for (int u = 0; u < 4; ++u)
-        if (i + u + kPrefetchDistance < list.count)
-          prefetch_row(keys.row(list.indices[i + u + kPrefetchDistance]), d);
-    }
+    for (int u = 0; u < 4; ++u)
+      if (i + u + kPrefetchDistance < list.count)
+        prefetch_row(list_row<T, kGather>(keys, list, i + u + kPrefetchDistance), d);
     const T* k0 = list_row<T, kGather>(keys, list, i);
     const T* k1 = list_row<T, kGather>(keys, list, i + std::min<int64_t>(1, valid - 1));
     const T* k2 = list_row<T, kGather>(keys, list, i + std::min<int64_t>(2, valid - 1));
@@ -446,7 +444,8 @@ static int64_t count_visible(const KeyList& list, int64_t limit) {
 template <typename T>
 void attend_block_rows(const float* q, int64_t n_rows, int d, Rows<T> keys, Rows<T> values,
                        const KeyList& list, const int64_t* limit, const PackedKv* packed,
-                       SoftmaxState* states, float* acc, Scratch& scratch) {
+                       SoftmaxState* states, float* acc, Scratch& scratch,
+                       const KeptScores* kept) {
   const int64_t ld = acc_stride(d);
   float* s = scratch.get(n_rows * kKeyBlock);
   const int64_t max_limit = limit ? *std::max_element(limit, limit + n_rows) : 0;
@@ -458,8 +457,10 @@ void attend_block_rows(const float* q, int64_t n_rows, int d, Rows<T> keys, Rows
       qk_panels(q, n_rows, d, packed->key_panels + b0 * d, block.count, s, kKeyBlock);
     else
       dot_rows(q, n_rows, d, keys, block, s, kKeyBlock);
+    const int64_t n_kept = kept ? std::clamp<int64_t>(kept->count - b0, 0, block.count) : 0;
     for (int64_t r = 0; r < n_rows; ++r) {
       float* row = s + r * kKeyBlock;
+      if (n_kept > 0) std::copy(row, row + n_kept, kept->data + r * kept->ld + b0);
       const int64_t visible = limit ? count_visible(block, limit[r]) : block.count;
       if (visible > 0) {
         SoftmaxState& state = states[r];
@@ -478,10 +479,11 @@ void attend_block_rows(const float* q, int64_t n_rows, int d, Rows<T> keys, Rows
 
 template void attend_block_rows<float>(const float*, int64_t, int, Rows<float>, Rows<float>,
                                        const KeyList&, const int64_t*, const PackedKv*,
-                                       SoftmaxState*, float*, Scratch&);
+                                       SoftmaxState*, float*, Scratch&, const KeptScores*);
 template void attend_block_rows<uint16_t>(const float*, int64_t, int, Rows<uint16_t>,
                                           Rows<uint16_t>, const KeyList&, const int64_t*,
-                                          const PackedKv*, SoftmaxState*, float*, Scratch&);
+                                          const PackedKv*, SoftmaxState*, float*, Scratch&,
+                                          const KeptScores*);
 
 void write_output(const SoftmaxState* states, const float* acc, int64_t n_positions, int group,
                   int d, const GroupOutput& out) {

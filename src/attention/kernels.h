@@ -143,8 +143,9 @@ struct SoftmaxState {
   void merge(const SoftmaxState& other, float* acc, const float* other_acc, int d);
   // Raises the running max to new_max (>= max), rescaling sum and acc.
   void raise_max(float new_max, float* acc, int d);
-  // Natural log-sum-exp of the scores seen so far (in the log2-scaled units).
-  float lse() const { return (max + std::log2(sum)) * kLn2; }
+  // Log-sum-exp of the scores seen so far: base 2 in the kernels' units, and natural.
+  float lse2() const { return max + std::log2(sum); }
+  float lse() const { return lse2() * kLn2; }
 };
 
 // ---------------------------------------------------------------------------
@@ -205,10 +206,19 @@ struct PackedKv {
 // list (prefill); without, straight from the cache (decode, few rows).
 // States and acc (n_rows x acc_stride(d)) are updated, not reset, so calls
 // chain and split-KV partial results merge.
+// Raw scores of list keys [0, count) of each row, kept (copied out before the
+// softmax) for a selection fused with dense attention; row r at data + r * ld.
+struct KeptScores {
+  float* data = nullptr;
+  int64_t ld = 0;
+  int64_t count = 0;
+};
+
 template <typename T>
 void attend_block_rows(const float* q, int64_t n_rows, int d, Rows<T> keys, Rows<T> values,
                        const KeyList& list, const int64_t* limit, const PackedKv* packed,
-                       SoftmaxState* states, float* acc, Scratch& scratch);
+                       SoftmaxState* states, float* acc, Scratch& scratch,
+                       const KeptScores* kept = nullptr);
 
 // Writes acc / sum (acc rows acc_stride(d) apart, t * g + r order) into the
 // strided output rows.

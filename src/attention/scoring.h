@@ -5,6 +5,7 @@
 // Internal to src/attention.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -34,21 +35,36 @@ void score_prefill_group(const float* q, const GroupQueries& rows, int64_t n_can
                          const float* key_panels, Pooling pooling, bool per_query_head,
                          float* pooled, int64_t ld, float* lse, ThreadScratch& scratch);
 
+// Row stride of kept raw scores of n candidates.
+inline int64_t kept_stride(int64_t n) { return kernels::round_up(std::max<int64_t>(n, 1), 8); }
+
+// Pools rows' kept raw scores (log2 units, kernels.h) of candidates [0, n):
+// PostSoftmax adds exp2(s - lse2[r]), PreSoftmax s * ln(2), into
+// pooled[pool * ld + j], pool = per_query_head ? r % group : 0. Row by row in
+// order, so equal scores pool to bit-equal values (exact ties).
+void pool_kept_scores(const float* kept, int64_t ldk, int64_t n_rows, int group, int64_t n,
+                      const float* lse2, Pooling pooling, bool per_query_head, float* pooled,
+                      int64_t ld);
+
 // Decode: one query (groups[h] its rows of KV head h, n_positions 1) scored
 // against keys [0, n_keys), split over keys across threads. pooled has
 // pool rows of ld floats, zeroed here; pools by `mode` (PerKvHead: pool h,
 // PerQueryHead: pool h * g + r, AllHeads*: pool 0). lse (natural, h * g + r)
-// unless null (post-softmax pooling only).
+// unless null. With `values` and `outputs` (one per group) it also writes the
+// dense attention output: a selection fused with a dense layer, reading each
+// key once.
 class DecodeScorer {
  public:
   template <typename T>
   void score(std::span<const GroupQueries> groups, std::span<const kernels::Rows<T>> keys,
              int64_t n_keys, int d, PoolMode mode, Pooling pooling, float* pooled, int64_t ld,
-             float* lse);
+             float* lse, std::span<const kernels::Rows<T>> values = {},
+             std::span<const GroupOutput> outputs = {});
 
  private:
-  kernels::Scratch queries_, scores_;
-  std::vector<float> split_max_, split_sum_;
+  kernels::Scratch queries_, scores_, split_acc_;
+  std::vector<kernels::SoftmaxState> split_states_;
+  std::vector<float> row_lse2_;
 };
 
 }  // namespace kascade::attention

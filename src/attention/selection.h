@@ -22,9 +22,11 @@ class Selector {
   // skips scoring).
   using Count = std::function<int64_t(const Unit&)>;
 
-  // Prefill supports PerKvHead, PerQueryHead and AllHeadsSum; decode all modes.
+  // Prefill supports PerKvHead, PerQueryHead and AllHeadsSum; decode all
+  // modes. With dense_output it also writes the step's dense attention output,
+  // computed in the same pass over the keys (a dense layer that selects).
   void select(const Step& step, std::span<const Unit> units, PoolMode mode, Pooling pooling,
-              const Count& count);
+              const Count& count, bool dense_output = false);
 
   int n_pools() const { return n_pools_; }
   // The ascending index set of (unit, pool) from the last select().
@@ -35,10 +37,10 @@ class Selector {
  private:
   template <typename T>
   void select_prefill(const Step& step, std::span<const Unit> units, PoolMode mode,
-                      Pooling pooling, const Count& count);
+                      Pooling pooling, const Count& count, bool dense_output);
   template <typename T>
   void select_decode(const Step& step, const Unit& unit, int64_t unit_index, PoolMode mode,
-                     Pooling pooling, const Count& count);
+                     Pooling pooling, const Count& count, bool dense_output);
 
   Shape shape_;
   int n_pools_ = 0;
