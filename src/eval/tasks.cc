@@ -98,25 +98,31 @@ std::vector<double> spread_depths(Rng& rng, int index, int count) {
 }
 
 // Prose from a seeded start with `needles` inserted as sentences at `depths`
-// (needle k before sentence floor(depth_k * n)).
+// (ascending): needle k goes to the sentence boundary where the text before
+// it first reaches depth_k of the prose's characters, so depth measures
+// position in the text (and about in tokens), whatever the sentence lengths.
 std::string prose_with_needles(const Corpus& corpus, uint64_t start, int64_t n,
                                const std::vector<std::string>& needles, const std::vector<double>& depths) {
+  size_t total_chars = 0;
+  for (int64_t i = 0; i < n; ++i) total_chars += corpus.sentence(start, uint64_t(i)).text.size() + 1;
   std::string out;
-  size_t next_needle = 0;
-  auto insert_needles_before = [&](int64_t position) {
-    while (next_needle < needles.size() && int64_t(depths[next_needle] * double(n)) <= position) {
+  size_t next_needle = 0, chars_before = 0;
+  auto insert_needles_due = [&](bool at_end) {
+    while (next_needle < needles.size() &&
+           (at_end || double(chars_before) >= depths[next_needle] * double(total_chars))) {
       if (!out.empty() && out.back() != '\n') out += ' ';
       out += needles[next_needle++];
     }
   };
   for (int64_t i = 0; i < n; ++i) {
-    insert_needles_before(i);
+    insert_needles_due(false);
     const Sentence& s = corpus.sentence(start, uint64_t(i));
     if (!out.empty() && out.back() != '\n') out += ' ';
     out += s.text;
     if (s.ends_paragraph) out += '\n';
+    chars_before += s.text.size() + 1;
   }
-  insert_needles_before(n);
+  insert_needles_due(true);
   while (!out.empty() && out.back() == '\n') out.pop_back();
   return out;
 }

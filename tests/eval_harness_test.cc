@@ -1,0 +1,265 @@
+// The eval harness: strategy names, plan checks (bad input fails before any
+// work), confidence intervals against hand-computed values, the perplexity
+// scorer against a one-pass teacher-forced forward, and a small end-to-end
+// run on the default model (results complete, deterministic, failures
+// counted as zeros, outputs written).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "eval/harness.h"
+#include "eval/report.h"
+#include "eval/statistics.h"
+#include "ops/threading.h"
+
+namespace kascade::eval {
+namespace {
+
+TEST(EvalStrategySpec, ParsesVariants) {
+  StrategySpec s = parse_strategy_spec("kascade", 10);
+  EXPECT_EQ(s.options.name, "kascade");
+  EXPECT_EQ(s.options.budget_percent, 10);
+  s = parse_strategy_spec("kascade-p5", 10);
+  EXPECT_EQ(s.label, "kascade-p5");
+  EXPECT_EQ(s.options.budget_percent, 5);
+  s = parse_strategy_spec("oracle-topk-p2.5", 10);
+  EXPECT_EQ(s.options.name, "oracle-topk");
+  EXPECT_EQ(s.options.budget_percent, 2.5);
+  s = parse_strategy_spec("kascade-all-heads-pooled", 20);
+  EXPECT_TRUE(s.options.all_heads_pooled);
+  EXPECT_FALSE(s.options.no_remap);
+  EXPECT_EQ(s.options.budget_percent, 20);
+  s = parse_strategy_spec("kascade-no-remap-p5-fixed-budget", 10);
+  EXPECT_TRUE(s.options.no_remap && s.options.fixed_budget);
+  EXPECT_EQ(s.options.budget_percent, 5);
+  EXPECT_EQ(parse_strategy_spec("quest-p20", 10).options.name, "quest");
+}
+
+TEST(EvalStrategySpec, RejectsUnknownNames) {
+  for (const char* bad : {"", "nope", "kascadex", "kascade-", "kascade-p0", "kascade-p101", "kascade-p5-p6",
+                          "kascade-pfoo", "kascade-no-remap-no-remap", "quest-no-remap", "dense-p5", "kascade-turbo"})
+    EXPECT_THROW(parse_strategy_spec(bad, 10), Error) << bad;
+}
+
+TEST(EvalPlan, ParsesLengths) {
+  EXPECT_EQ(parse_length("1k"), 1024);
+  EXPECT_EQ(parse_length("8K"), 8192);
+  EXPECT_EQ(parse_length("1500"), 1500);
+  for (const char* bad : {"", "k", "0", "-1k", "1m", "1.5k", "12x"}) EXPECT_THROW(parse_length(bad), Error) << bad;
+}
+
+TEST(EvalPlan, DefaultsToEveryTaskAndSortsLengths) {
+  EvalOptions options;
+  options.lengths = {2048, 1024};
+  const EvalPlan plan = plan_eval(options, 8192);
+  EXPECT_EQ(plan.tasks.size(), task_names().size() + 1);
+  EXPECT_EQ(plan.tasks.back(), kPerplexityTask);
+  EXPECT_EQ(plan.lengths, (std::vector<int64_t>{1024, 2048}));
+  ASSERT_EQ(plan.strategies.size(), 2u);
+}
+
+TEST(EvalPlan, BadInputFailsWithAMessage) {
+  auto expect_error = [](EvalOptions options, const std::string& fragment) {
+    try {
+      plan_eval(options, 8192);
+      ADD_FAILURE() << "no error; expected one mentioning '" << fragment << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "one line: " << e.what();
+    }
+  };
+  EvalOptions options;
+  options.tasks = {"niah_single", "bogus"};
+  expect_error(options, "unknown task 'bogus'");
+  options = {};
+  options.strategies = {"dense", "flash"};
+  expect_error(options, "unknown strategy 'flash'");
+  options = {};
+  options.lengths = {1024, 16384};
+  expect_error(options, "above the model's context of 8192");
+  options = {};
+  options.samples = 0;
+  expect_error(options, "--samples");
+  options = {};
+  options.strategies = {"kascade", "kascade"};
+  expect_error(options, "listed twice");
+  options = {};
+  options.lengths = {100};
+  expect_error(options, "below the minimum");
+  options = {};
+  options.strategies = {};
+  expect_error(options, "no strategies");
+}
+
+TEST(EvalReport, UnwritableOutputDirectoryFails) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kascade_eval_test_file";
+  { std::ofstream(dir) << "a file, not a directory"; }
+  EXPECT_THROW(prepare_output_dir((dir / "out").string()), Error);
+  EXPECT_THROW(prepare_output_dir(dir.string()), Error);
+  std::filesystem::remove(dir);
+}
+
+TEST(EvalStatistics, WilsonIntervalMatchesHandComputedValues) {
+  // 5 of 10: centre 0.5, half width 1.96 / (1 + 0.384) * sqrt(0.025 + 0.0096) = 0.2634.
+  const std::vector<double> half(10, 0.0);
+  std::vector<double> five = half;
+  std::fill(five.begin(), five.begin() + 5, 1.0);
+  Interval i = wilson_interval(five);
+  EXPECT_NEAR(i.mean, 0.5, 1e-12);
+  EXPECT_NEAR(i.low, 0.2366, 1e-4);
+  EXPECT_NEAR(i.high, 0.7634, 1e-4);
+  // 10 of 10: the interval does not collapse (lower end n / (n + z^2) = 0.7225).
+  i = wilson_interval(std::vector<double>(10, 1.0));
+  EXPECT_NEAR(i.low, 0.7225, 1e-4);
+  EXPECT_NEAR(i.high, 1.0, 1e-12);
+  EXPECT_TRUE(std::isnan(wilson_interval({}).mean));
+}
+
+TEST(EvalStatistics, PairedDifferenceInterval) {
+  // Differences 0, 0, 1, 1: mean 0.5, s = 0.5774, half width 1.96 * s / 2 = 0.5658.
+  const std::vector<double> d = {0, 0, 1, 1};
+  const Interval i = paired_difference_interval(d);
+  EXPECT_NEAR(i.mean, 0.5, 1e-12);
+  EXPECT_NEAR(i.high - i.mean, 0.56580, 1e-4);
+  EXPECT_NEAR(i.mean - i.low, 0.56580, 1e-4);
+  const std::vector<double> same = {0, 0, 0};
+  EXPECT_EQ(paired_difference_interval(same).high, 0.0);
+}
+
+std::string model_path() {
+  if (const char* path = std::getenv("KASCADE_MODEL")) return path;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "/root") + "/.cache/kascade/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+class EvalOnModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(model_path())) return;
+    ops::configure_threads(0);
+    model_ = new model::Model(model::Model::load(model_path()));
+    tokenizer_ = new tokenizer::Tokenizer(model_->file());
+    corpus_ = new Corpus(Corpus::load(std::string(KASCADE_SOURCE_DIR) + "/data/haystack/haystack.txt"));
+  }
+  static void TearDownTestSuite() {
+    delete corpus_;
+    delete tokenizer_;
+    delete model_;
+  }
+  void SetUp() override {
+    if (!model_) GTEST_SKIP() << "default model not found at " << model_path();
+  }
+  static EvalOptions small_options() {
+    EvalOptions options;
+    options.strategies = {"dense", "kascade-p5"};
+    options.lengths = {256};
+    options.samples = 1;
+    options.tasks = {"passkey", "ppl"};
+    options.perplexity_tail = 16;
+    options.seed = 3;
+    return options;
+  }
+  static model::Model* model_;
+  static tokenizer::Tokenizer* tokenizer_;
+  static Corpus* corpus_;
+};
+model::Model* EvalOnModel::model_ = nullptr;
+tokenizer::Tokenizer* EvalOnModel::tokenizer_ = nullptr;
+Corpus* EvalOnModel::corpus_ = nullptr;
+
+// The decode-path NLL equals the NLL read off one teacher-forced prefill of the whole text.
+TEST_F(EvalOnModel, TailNllMatchesOnePassForward) {
+  const std::vector<int32_t> tokens = perplexity_tokens(*corpus_, *tokenizer_, 200, 0, 1);
+  ASSERT_EQ(tokens.size(), 200u);
+  const int64_t tail = 12;
+  const attention::Shape shape = model_->config().attention_shape();
+  model::Sequence seq = model_->new_sequence(200, attention::KvType::F32, attention::make_dense(shape));
+  const double nll = tail_nll(*model_, seq, tokens, tail, 64);
+
+  model::Sequence one_pass = model_->new_sequence(200, attention::KvType::F32, attention::make_dense(shape));
+  const int64_t vocab = model_->config().vocab_size;
+  std::vector<float> logits(size_t(tail * vocab));
+  // Logits at positions 187..198 predict tokens 188..199.
+  model_->forward(one_pass, std::span(tokens).first(199), tail, logits.data());
+  double reference = 0;
+  for (int64_t i = 0; i < tail; ++i) {
+    const float* row = logits.data() + i * vocab;
+    double sum = 0, top = *std::max_element(row, row + vocab);
+    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - top);
+    reference += std::log(sum) + top - row[tokens[size_t(200 - tail + i)]];
+  }
+  EXPECT_NEAR(nll, reference, 1e-3 * reference);
+  EXPECT_GT(nll / tail, 0.5);  // real prose is not predicted perfectly
+}
+
+TEST_F(EvalOnModel, SmallRunIsCompleteAndDeterministic) {
+  const EvalOptions options = small_options();
+  const EvalRun a = run_eval(*model_, *tokenizer_, *corpus_, options);
+  ASSERT_EQ(a.results.size(), 4u);  // 2 tasks x 1 sample x 2 strategies
+  for (const SampleResult& r : a.results) {
+    EXPECT_EQ(r.status, "ok") << r.error;
+    EXPECT_LE(r.prompt_tokens, 256);
+    if (r.task == "ppl") {
+      EXPECT_EQ(r.scored_tokens, 16);
+      EXPECT_GT(r.nll_sum, 0);
+    }
+  }
+  const EvalRun b = run_eval(*model_, *tokenizer_, *corpus_, options);
+  for (size_t i = 0; i < a.results.size(); ++i) {
+    EXPECT_EQ(a.results[i].output, b.results[i].output);
+    EXPECT_EQ(a.results[i].nll_sum, b.results[i].nll_sum);
+  }
+
+  const Summary summary = summarize(a);
+  EXPECT_EQ(summary.runs, 4);
+  EXPECT_EQ(summary.failures, 0);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kascade_eval_test_out";
+  prepare_output_dir(dir.string());
+  write_outputs(a, summary, dir.string());
+  for (const char* name : {"results.csv", "summary.csv", "results.json", "report.md", "accuracy_vs_length.png",
+                           "accuracy_passkey.png", "perplexity_delta_vs_length.png"})
+    EXPECT_TRUE(std::filesystem::exists(dir / name)) << name;
+  std::ifstream json_file(dir / "results.json");
+  const nlohmann::json json = nlohmann::json::parse(json_file);
+  EXPECT_EQ(json["results"].size(), 4u);
+  std::filesystem::remove_all(dir);
+}
+
+// A run over the time limit scores 0, is shown as a timeout and stays in the averages.
+TEST_F(EvalOnModel, TimeoutsCountAsFailures) {
+  EvalOptions options = small_options();
+  options.strategies = {"dense"};
+  options.time_limit_seconds = 1e-9;
+  const EvalRun run = run_eval(*model_, *tokenizer_, *corpus_, options);
+  ASSERT_EQ(run.results.size(), 2u);
+  for (const SampleResult& r : run.results) {
+    EXPECT_EQ(r.status, "timeout");
+    EXPECT_EQ(r.score, 0.0);
+  }
+  const Summary summary = summarize(run);
+  EXPECT_EQ(summary.failures, 2);
+  bool found = false;
+  for (const AccuracyCell& c : summary.accuracy)
+    if (c.task == "passkey") {
+      EXPECT_EQ(c.samples, 1);
+      EXPECT_EQ(c.failures, 1);
+      EXPECT_EQ(c.score.mean, 0.0);
+      found = true;
+    }
+  EXPECT_TRUE(found);
+}
+
+TEST_F(EvalOnModel, LengthAboveContextFailsBeforeAnyWork) {
+  EvalOptions options = small_options();
+  options.lengths = {256, 9000};
+  EXPECT_THROW(run_eval(*model_, *tokenizer_, *corpus_, options), Error);
+}
+
+}  // namespace
+}  // namespace kascade::eval
