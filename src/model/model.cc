@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attention/sliding_window.h"
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -38,6 +39,46 @@ ops::Weight read_weight(const gguf::File& file, const std::string& name, int64_t
   return {name, tensor.type, tensor.data, rows, cols, row_bytes(tensor.type, cols)};
 }
 
+// RoPE inverse frequencies base^(-2i/rope_dim) * position_scale, each divided
+// by its frequency factor when there are any (llama3 scaling).
+std::vector<float> inverse_frequencies(int rope_dim, double base, double position_scale,
+                                       const std::vector<float>& frequency_factors) {
+  std::vector<float> inverse(size_t(rope_dim / 2));
+  for (int i = 0; i < rope_dim / 2; ++i) {
+    double value = std::pow(base, -2.0 * i / rope_dim) * position_scale;
+    if (!frequency_factors.empty()) value /= frequency_factors[size_t(i)];
+    inverse[size_t(i)] = float(value);
+  }
+  return inverse;
+}
+
+// The Gemma 3 specifics that the file does not state in keys of their own.
+void read_gemma3_config(const gguf::File& file, Config& config) {
+  const std::string& arch = config.architecture_name;
+  config.feed_forward = FeedForward::GeluTanhGlu;
+  config.embedding_scale = std::sqrt(float(config.d_model));
+  // query_pre_attn_scalar is head_dim for every Gemma 3 but the 27B (62
+  // layers), which uses d_model / n_heads (gemma_pytorch's configs; llama.cpp
+  // applies the same rule, as no GGUF key carries it).
+  const int query_pre_attn_scalar = config.n_layers == 62 ? config.d_model / config.n_heads : config.head_dim;
+  config.query_scale = float(std::sqrt(double(config.head_dim) / query_pre_attn_scalar));
+  if (file.has(arch + ".attention.sliding_window")) {
+    config.sliding_window = positive_int(file, arch + ".attention.sliding_window", 1 << 24);
+    // Gemma 3's fixed layout unless newer converters state it: every sixth
+    // layer global, local layers rotating with base 10000 and no scaling.
+    config.sliding_window_pattern = file.has(arch + ".attention.sliding_window_pattern")
+                                        ? positive_int(file, arch + ".attention.sliding_window_pattern", 1024)
+                                        : 6;
+    if (config.n_layers < config.sliding_window_pattern)
+      fail("{}: {} layers leave no global attention layer (every {}th is global)", file.path(), config.n_layers,
+           config.sliding_window_pattern);
+    const double local_base = file.get_float(arch + ".rope.freq_base_swa", 10000.0);
+    if (!(local_base > 1.0)) fail("{}: local rope base {} must be > 1", file.path(), local_base);
+    config.local_rope = config.rope;
+    config.local_rope.inverse_frequencies = inverse_frequencies(config.rope.rope_dim, local_base, 1.0, {});
+  }
+}
+
 }  // namespace
 
 Config read_config(const gguf::File& file) {
@@ -50,8 +91,10 @@ Config read_config(const gguf::File& file) {
     config.architecture = Architecture::Qwen2;
   } else if (arch == "qwen3") {
     config.architecture = Architecture::Qwen3;
+  } else if (arch == "gemma3") {
+    config.architecture = Architecture::Gemma3;
   } else {
-    fail("{}: unsupported architecture '{}' (supported: llama, qwen2, qwen3)", file.path(), arch);
+    fail("{}: unsupported architecture '{}' (supported: llama, qwen2, qwen3, gemma3)", file.path(), arch);
   }
   config.name = file.get_string("general.name", arch);
   constexpr uint64_t kMaxDim = 1 << 16;
@@ -98,11 +141,17 @@ Config read_config(const gguf::File& file) {
   }
   // Llama 3 style scaling ships as per-frequency divisors in rope_freqs.weight.
   const std::vector<float> frequency_factors = read_optional_f32_vector(file, "rope_freqs.weight", rope.rope_dim / 2);
-  for (int i = 0; i < rope.rope_dim / 2; ++i) {
-    double inverse = std::pow(base, -2.0 * i / rope.rope_dim) * position_scale;
-    if (!frequency_factors.empty()) inverse /= frequency_factors[size_t(i)];
-    rope.inverse_frequencies.push_back(float(inverse));
-  }
+  rope.inverse_frequencies = inverse_frequencies(rope.rope_dim, base, position_scale, frequency_factors);
+
+  // Soft caps (gemma2-style keys): the final one is a cheap elementwise step;
+  // one on attention scores would need every strategy to apply it.
+  config.final_logit_softcap = float(file.get_float(arch + ".final_logit_softcapping", 0.0));
+  if (!(config.final_logit_softcap >= 0) || std::isinf(config.final_logit_softcap))
+    fail("{}: {}.final_logit_softcapping = {} must be finite and >= 0", file.path(), arch, config.final_logit_softcap);
+  if (file.get_float(arch + ".attn_logit_softcapping", 0.0) != 0.0)
+    fail("{}: attention logit soft-capping ({}.attn_logit_softcapping) is not supported", file.path(), arch);
+
+  if (config.architecture == Architecture::Gemma3) read_gemma3_config(file, config);
   return config;
 }
 
@@ -132,9 +181,15 @@ Model Model::load(const std::string& path) {
     w.q_bias = read_optional_f32_vector(file, p + "attn_q.bias", q_dim);
     w.k_bias = read_optional_f32_vector(file, p + "attn_k.bias", kv_dim);
     w.v_bias = read_optional_f32_vector(file, p + "attn_v.bias", kv_dim);
-    if (c.architecture == Architecture::Qwen3) {
+    if (c.architecture == Architecture::Qwen3 || c.architecture == Architecture::Gemma3) {
       w.q_norm = read_f32_vector(file, p + "attn_q_norm.weight", c.head_dim);
       w.k_norm = read_f32_vector(file, p + "attn_k_norm.weight", c.head_dim);
+    }
+    // Gemma's GGUF norms already hold 1 + w (the converter adds the one), so
+    // every norm here is a plain RMSNorm.
+    if (c.architecture == Architecture::Gemma3) {
+      w.post_attention_norm = read_f32_vector(file, p + "post_attention_norm.weight", c.d_model);
+      w.post_ffn_norm = read_f32_vector(file, p + "post_ffw_norm.weight", c.d_model);
     }
     model.layers_.push_back(std::move(w));
   }
@@ -145,8 +200,12 @@ Sequence Model::new_sequence(int64_t capacity, attention::KvType kv_type,
                              std::unique_ptr<attention::Strategy> strategy) const {
   if (capacity <= 0 || capacity > config_.context_length)
     fail("context of {} tokens is outside the model's 1..{}", capacity, config_.context_length);
+  std::unique_ptr<attention::Strategy> local =
+      config_.n_local_layers() > 0
+          ? attention::make_sliding_window(config_.local_attention_shape(), config_.sliding_window)
+          : nullptr;
   return Sequence{KvCache(config_.n_layers, config_.n_kv_heads, config_.head_dim, capacity, kv_type),
-                  std::move(strategy), 0, {}};
+                  std::move(strategy), std::move(local), 0, {}};
 }
 
 void Model::forward(Sequence& seq, std::span<const int32_t> tokens, int64_t n_logits, float* logits,
@@ -177,9 +236,13 @@ void Model::forward(Sequence& seq, std::span<const int32_t> tokens, int64_t n_lo
   std::vector<float> gate(size_t(n * c.ffn_dim)), up(size_t(n * c.ffn_dim));
 
   for (int64_t t = 0; t < n; ++t) ops::dequantize_weight_row(token_embedding_, tokens[size_t(t)], &x[size_t(t * D)]);
+  if (c.embedding_scale != 1.0f) ops::scale(x.data(), c.embedding_scale, n * D);
 
+  // Local and global layers each count from 0 for their attention.
+  int local_index = 0, global_index = 0;
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = layers_[size_t(l)];
+    const bool local = c.is_local_layer(l);
     ops::rms_norm(x.data(), w.attn_norm.data(), normed.data(), n, D, c.rms_epsilon);
     project(w.q, normed.data(), n, q.data());
     project(w.k, normed.data(), n, k.data());
@@ -193,12 +256,14 @@ void Model::forward(Sequence& seq, std::span<const int32_t> tokens, int64_t n_lo
       ops::rms_norm(q.data(), w.q_norm.data(), q.data(), n * c.n_heads, c.head_dim, c.rms_epsilon);
       ops::rms_norm(k.data(), w.k_norm.data(), k.data(), n * c.n_kv_heads, c.head_dim, c.rms_epsilon);
     }
-    c.rope.apply(q.data(), n, first_position, c.n_heads, c.head_dim);
-    c.rope.apply(k.data(), n, first_position, c.n_kv_heads, c.head_dim);
+    const ops::Rope& rope = local ? c.local_rope : c.rope;
+    rope.apply(q.data(), n, first_position, c.n_heads, c.head_dim);
+    rope.apply(k.data(), n, first_position, c.n_kv_heads, c.head_dim);
+    if (c.query_scale != 1.0f) ops::scale(q.data(), c.query_scale, n * q_dim);
     seq.cache.write(l, first_position, n, k.data(), v.data());
 
     attention::Step step;
-    step.layer = l;
+    step.layer = local ? local_index++ : global_index++;
     step.phase = (n == 1 && first_position > 0) ? attention::Phase::Decode : attention::Phase::Prefill;
     step.queries = q.data();
     step.n_queries = n;
@@ -206,18 +271,25 @@ void Model::forward(Sequence& seq, std::span<const int32_t> tokens, int64_t n_lo
     step.cache = seq.cache.layer(l);
     step.output = attended.data();
     Stopwatch attention_clock;
-    seq.attention->forward(step);
+    (local ? seq.local_attention : seq.attention)->forward(step);
     attention_seconds += attention_clock.seconds();
 
     project(w.o, attended.data(), n, projected.data());
-    if (observer) observer->on_attention_output(l, x.data(), projected.data(), n, c.d_model);
+    if (!w.post_attention_norm.empty())
+      ops::rms_norm(projected.data(), w.post_attention_norm.data(), projected.data(), n, D, c.rms_epsilon);
+    if (observer && !local) observer->on_attention_output(step.layer, x.data(), projected.data(), n, c.d_model);
     ops::add_in_place(x.data(), projected.data(), n * D);
 
     ops::rms_norm(x.data(), w.ffn_norm.data(), normed.data(), n, D, c.rms_epsilon);
     project(w.gate, normed.data(), n, gate.data());
     project(w.up, normed.data(), n, up.data());
-    ops::silu_multiply(gate.data(), up.data(), n * c.ffn_dim);
+    if (c.feed_forward == FeedForward::GeluTanhGlu)
+      ops::gelu_tanh_multiply(gate.data(), up.data(), n * c.ffn_dim);
+    else
+      ops::silu_multiply(gate.data(), up.data(), n * c.ffn_dim);
     project(w.down, gate.data(), n, projected.data());
+    if (!w.post_ffn_norm.empty())
+      ops::rms_norm(projected.data(), w.post_ffn_norm.data(), projected.data(), n, D, c.rms_epsilon);
     ops::add_in_place(x.data(), projected.data(), n * D);
   }
   seq.n_past += n;
@@ -226,6 +298,7 @@ void Model::forward(Sequence& seq, std::span<const int32_t> tokens, int64_t n_lo
     const float* last = &x[size_t((n - n_logits) * D)];
     ops::rms_norm(last, output_norm_.data(), normed.data(), n_logits, D, c.rms_epsilon);
     project(output_, normed.data(), n_logits, logits);
+    if (c.final_logit_softcap > 0) ops::soft_cap(logits, c.final_logit_softcap, n_logits * c.vocab_size);
   }
   seq.time.matmul_seconds += matmul_seconds;
   seq.time.attention_seconds += attention_seconds;

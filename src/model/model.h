@@ -1,11 +1,22 @@
-// A decoder-only transformer loaded from GGUF (llama, qwen2, qwen3), and its
-// forward pass over a KV cache.
+// A decoder-only transformer loaded from GGUF (llama, qwen2, qwen3, gemma3),
+// and its forward pass over a KV cache.
 //
 // Data flow of Model::forward, per step (a prefill chunk or one decode token):
-//   embed -> for each layer: norm, Q/K/V projections (+bias, +Q/K norm), RoPE,
-//   append K/V to the cache, attention (the sequence's strategy), output
-//   projection, residual, norm, SwiGLU feed-forward, residual
-//   -> final norm -> logits of the requested last positions.
+//   embed (gemma3: x sqrt(d_model)) -> for each layer: norm, Q/K/V projections
+//   (+bias, +Q/K norm), RoPE, append K/V to the cache, attention, output
+//   projection (gemma3: + post-attention norm), residual, norm, gated
+//   feed-forward (SwiGLU; gemma3: GELU-tanh, + post-FFN norm), residual
+//   -> final norm -> logits of the requested last positions (gemma2-style
+//   final soft cap when the file sets one).
+//
+// Attention per layer: a model with sliding-window layers (gemma3: all but
+// every 6th) runs those with the sequence's own dense windowed attention
+// (attention/sliding_window.h) and its local RoPE; the sequence's strategy
+// (dense, Kascade, ...) attends the other, global, layers only. Strategies,
+// their shape (Config::attention_shape) and the ForwardObserver number just
+// the global layers, 0, 1, ... in model order; for models without local
+// layers that is every layer, numbered as in the file. The KV cache keeps
+// every position for every layer, local ones included.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +34,10 @@
 
 namespace kascade::model {
 
-enum class Architecture { Llama, Qwen2, Qwen3 };
+enum class Architecture { Llama, Qwen2, Qwen3, Gemma3 };
+
+// The gated feed-forward's activation: act(gate) * up.
+enum class FeedForward { SwiGlu, GeluTanhGlu };
 
 struct Config {
   Architecture architecture = Architecture::Llama;
@@ -38,9 +52,31 @@ struct Config {
   int vocab_size = 0;
   int64_t context_length = 0;
   float rms_epsilon = 1e-5f;
-  ops::Rope rope;
+  ops::Rope rope;  // of the global layers (every layer when there are no local ones)
+  FeedForward feed_forward = FeedForward::SwiGlu;
+  float embedding_scale = 1.0f;  // gemma3: sqrt(d_model)
+  // Multiplies the queries so that attention's 1/sqrt(head_dim) becomes the
+  // model's 1/sqrt(query_pre_attn_scalar) (gemma3 27B); 1 otherwise.
+  float query_scale = 1.0f;
+  float final_logit_softcap = 0;  // logits become cap * tanh(logit / cap); 0 = none
 
-  attention::Shape attention_shape() const { return {n_layers, n_heads, n_kv_heads, head_dim}; }
+  // Local layers (gemma3): layer l is local unless (l + 1) is a multiple of
+  // sliding_window_pattern; it attends its last sliding_window keys, rotated
+  // with local_rope. sliding_window 0: no local layers.
+  int64_t sliding_window = 0;
+  int sliding_window_pattern = 0;
+  ops::Rope local_rope;
+
+  bool is_local_layer(int layer) const {
+    return sliding_window > 0 && (layer + 1) % sliding_window_pattern != 0;
+  }
+  int n_local_layers() const { return sliding_window > 0 ? n_layers - n_layers / sliding_window_pattern : 0; }
+  // The layers the sequence's strategy attends (the global ones).
+  attention::Shape attention_shape() const {
+    return {n_layers - n_local_layers(), n_heads, n_kv_heads, head_dim};
+  }
+  // The local layers, for the sliding-window attention.
+  attention::Shape local_attention_shape() const { return {n_local_layers(), n_heads, n_kv_heads, head_dim}; }
 };
 
 // Reads and validates the hyperparameters; throws Error naming the key.
@@ -49,7 +85,8 @@ Config read_config(const gguf::File& file);
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;
   std::vector<float> q_bias, k_bias, v_bias;  // qwen2; empty otherwise
-  std::vector<float> q_norm, k_norm;          // qwen3 per-head RMSNorm; empty otherwise
+  std::vector<float> q_norm, k_norm;          // qwen3, gemma3 per-head RMSNorm; empty otherwise
+  std::vector<float> post_attention_norm, post_ffn_norm;  // gemma3; empty otherwise
   ops::Weight q, k, v, o, gate, up, down;
 };
 
@@ -57,7 +94,9 @@ struct LayerWeights {
 // for layer importance). Pointers are valid only during the call.
 struct ForwardObserver {
   virtual ~ForwardObserver() = default;
-  // residual: the block input x_b; attention_out: after the output projection.
+  // Global layers only, numbered as the strategy numbers them. residual: the
+  // block input x_b; attention_out: what the attention adds to it (after the
+  // output projection and any post-attention norm).
   virtual void on_attention_output(int layer, const float* residual, const float* attention_out,
                                    int64_t n_tokens, int d_model) = 0;
 };
@@ -72,13 +111,15 @@ struct TimeSplit {
 // One sequence's state: its KV cache, attention strategy and position.
 struct Sequence {
   KvCache cache;
-  std::unique_ptr<attention::Strategy> attention;
+  std::unique_ptr<attention::Strategy> attention;        // the global layers
+  std::unique_ptr<attention::Strategy> local_attention;  // sliding-window layers; null without them
   int64_t n_past = 0;
   TimeSplit time;
 
   void reset() {
     n_past = 0;
     attention->reset();
+    if (local_attention) local_attention->reset();
   }
 };
 
@@ -89,6 +130,7 @@ class Model {
   const Config& config() const { return config_; }
   const gguf::File& file() const { return file_; }
 
+  // `strategy` attends the global layers (built for config().attention_shape()).
   Sequence new_sequence(int64_t capacity, attention::KvType kv_type,
                         std::unique_ptr<attention::Strategy> strategy) const;
 

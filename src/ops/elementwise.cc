@@ -29,6 +29,63 @@ void silu_multiply(float* gate, const float* up, int64_t count) {
   }
 }
 
+namespace {
+
+// e^x for eight floats, about 1 ulp: x = n ln2 + r with |r| <= ln2 / 2, e^r by
+// its Taylor series to r^6 (remainder < 2e-7 relative), 2^n put in the exponent.
+// Inputs are clamped to [-87, 88] so 2^n stays a normal float.
+inline __m256 exp_ps(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // ln2 split in two so that n * ln2 is subtracted without rounding error.
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.4286068202862268e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
+}
+
+constexpr float kGeluTanhScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+
+// 0.5 x (1 + tanh(u)) == x / (1 + e^(-2u)): one exponential, no tanh.
+inline float gelu_tanh(float x) {
+  const float u = kGeluTanhScale * (x + kGeluCubic * x * x * x);
+  return x / (1.0f + std::exp(-2.0f * u));
+}
+
+}  // namespace
+
+void gelu_tanh_multiply(float* gate, const float* up, int64_t count) {
+  const int64_t vector_end = count / 8 * 8;
+#pragma omp parallel for schedule(static) if (count > 65536)
+  for (int64_t i = 0; i < vector_end; i += 8) {
+    const __m256 x = _mm256_loadu_ps(gate + i);
+    const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+    const __m256 u = _mm256_mul_ps(_mm256_set1_ps(kGeluTanhScale), _mm256_fmadd_ps(_mm256_set1_ps(kGeluCubic), x3, x));
+    const __m256 e = exp_ps(_mm256_mul_ps(_mm256_set1_ps(-2.0f), u));
+    const __m256 gelu = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(up + i)));
+  }
+  for (int64_t i = vector_end; i < count; ++i) gate[i] = gelu_tanh(gate[i]) * up[i];
+}
+
+void scale(float* x, float factor, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) x[i] *= factor;
+}
+
+void soft_cap(float* x, float cap, int64_t count) {
+#pragma omp parallel for schedule(static) if (count > 65536)
+  for (int64_t i = 0; i < count; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
 void add_bias(float* x, const float* bias, int64_t n, int64_t dim) {
   for (int64_t t = 0; t < n; ++t)
     for (int64_t i = 0; i < dim; ++i) x[t * dim + i] += bias[i];

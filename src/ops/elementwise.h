@@ -15,6 +15,16 @@ void add_in_place(float* x, const float* y, int64_t count);
 // gate = silu(gate) * up, elementwise (the SwiGLU feed-forward's middle).
 void silu_multiply(float* gate, const float* up, int64_t count);
 
+// gate = gelu_tanh(gate) * up, elementwise (Gemma's gated feed-forward), with
+// GELU's tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+void gelu_tanh_multiply(float* gate, const float* up, int64_t count);
+
+// x[i] *= factor over count values.
+void scale(float* x, float factor, int64_t count);
+
+// x[i] = cap * tanh(x[i] / cap) over count values (logit soft-capping), cap > 0.
+void soft_cap(float* x, float cap, int64_t count);
+
 // x[t][i] += bias[i] for n rows of `dim`.
 void add_bias(float* x, const float* bias, int64_t n, int64_t dim);
 

@@ -15,6 +15,8 @@ constexpr std::string_view kImEnd = "<|im_end|>";
 constexpr std::string_view kHeaderStart = "<|start_header_id|>";
 constexpr std::string_view kHeaderEnd = "<|end_header_id|>\n\n";
 constexpr std::string_view kEndOfTurn = "<|eot_id|>";
+constexpr std::string_view kStartOfTurn = "<start_of_turn>";
+constexpr std::string_view kGemmaEndOfTurn = "<end_of_turn>\n";
 
 // Jinja's trim is Python's str.strip(): White_Space plus U+001C..U+001F.
 bool is_python_space(uint32_t cp) {
@@ -94,7 +96,8 @@ ChatTemplate ChatTemplate::from_jinja(std::string_view source) {
     chat.knowledge_date_block_ = source.find("Cutting Knowledge Date") != std::string_view::npos;
     return chat;
   }
-  fail("unrecognised chat template (kascade renders ChatML and Llama 3 templates) starting '{}'; use --raw to "
+  if (source.find(kStartOfTurn) != std::string_view::npos) return ChatTemplate(ChatFormat::kGemma);
+  fail("unrecognised chat template (kascade renders ChatML, Llama 3 and Gemma templates) starting '{}'; use --raw to "
        "send the prompt as it is", gguf::printable(source.substr(0, 60)));
 }
 
@@ -103,6 +106,7 @@ const char* ChatTemplate::format_name() const {
     case ChatFormat::kRaw: return "raw";
     case ChatFormat::kChatML: return "chatml";
     case ChatFormat::kLlama3: return "llama3";
+    case ChatFormat::kGemma: return "gemma";
   }
   return "?";
 }
@@ -114,6 +118,8 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add
       return render_chatml(messages, add_generation_prompt);
     case ChatFormat::kLlama3:
       return render_llama3(messages, add_generation_prompt);
+    case ChatFormat::kGemma:
+      return render_gemma(messages, add_generation_prompt);
     case ChatFormat::kRaw:
       break;
   }
@@ -151,6 +157,28 @@ std::string ChatTemplate::render_llama3(std::span<const ChatMessage> messages, b
   }
   for (const ChatMessage& message : messages) turn(message.role, trim(message.content));
   if (add_generation_prompt) text.append(kHeaderStart).append("assistant").append(kHeaderEnd);
+  return text;
+}
+
+std::string ChatTemplate::render_gemma(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+  // A leading system prompt, untrimmed, opens the first turn's content.
+  std::string first_prefix;
+  size_t first = 0;
+  if (!messages.empty() && messages[0].role == "system") {
+    first_prefix = messages[0].content + "\n\n";
+    first = 1;
+  }
+  std::string text;
+  for (size_t i = first; i < messages.size(); ++i) {
+    const ChatMessage& message = messages[i];
+    // The template's own check: user turns exactly at even places.
+    if ((message.role == "user") != ((i - first) % 2 == 0))
+      fail("chat message {}: Gemma conversations alternate user and assistant turns, starting with the user", i);
+    text.append(kStartOfTurn).append(message.role == "assistant" ? "model" : message.role).append("\n");
+    if (i == first) text.append(first_prefix);
+    text.append(trim(message.content)).append(kGemmaEndOfTurn);
+  }
+  if (add_generation_prompt) text.append(kStartOfTurn).append("model\n");
   return text;
 }
 

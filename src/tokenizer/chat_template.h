@@ -6,6 +6,9 @@
 //    conversation has none (read from the template text);
 //  - Llama 3 / 3.1+: "<|start_header_id|>{role}<|end_header_id|>\n\n{trimmed}<|eot_id|>",
 //    3.1+ with its "Cutting Knowledge Date" system block;
+//  - Gemma: "<start_of_turn>{user|model}\n{trimmed}<end_of_turn>\n", a leading
+//    system prompt folded into the first turn as "{system}\n\n", turns
+//    alternating user/model from the user (as the template enforces);
 //  - raw: the message contents, concatenated, nothing added.
 // BOS is not rendered: encode the prompt with add_special_tokens (the
 // tokenizer adds BOS when the model wants it) and parse_special.
@@ -23,7 +26,7 @@ struct ChatMessage {
   std::string content;
 };
 
-enum class ChatFormat { kRaw, kChatML, kLlama3 };
+enum class ChatFormat { kRaw, kChatML, kLlama3, kGemma };
 
 class ChatTemplate {
  public:
@@ -41,13 +44,14 @@ class ChatTemplate {
 
   // add_generation_prompt: end with the header of an assistant turn, as the
   // model's prompt for its reply. Throws Error on a role other than
-  // system/user/assistant.
+  // system/user/assistant, and for Gemma on turns that do not alternate.
   std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
 
  private:
   explicit ChatTemplate(ChatFormat format) : format_(format) {}
   std::string render_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
   std::string render_llama3(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+  std::string render_gemma(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
 
   ChatFormat format_;
   std::string default_system_prompt_;
