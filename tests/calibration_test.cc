@@ -513,6 +513,14 @@ TEST(Calibrate, DefaultModelIsReproducibleAndConsistent) {
             attention::profile_to_json(make_profile(second, options, 5, model, dev)).dump());
   EXPECT_EQ(statistics_json(first, options, 5, model, dev).dump(),
             statistics_json(second, options, 5, model, dev).dump());
+
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kascade_calibration_test_plots";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  write_plots(first, options, 5, "test", dir.string());
+  for (const char* name : {"similarity.png", "importance.png", "sparsity.png", "anchor_scores.png"})
+    EXPECT_GT(std::filesystem::file_size(dir / name), 1000u) << name;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Calibrate, RejectsBadOptions) {

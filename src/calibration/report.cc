@@ -142,9 +142,8 @@ void write_plots(const CalibrationResult& result, const CalibrationOptions& opti
                  const std::string& model_name, const std::string& dir) {
   const int L = result.n_layers, G = result.n_kv_heads;
   const AnchorSolution& chosen = result.solution(chosen_anchors);
-  std::vector<std::string> layer_labels, head_labels;
+  std::vector<std::string> layer_labels;
   for (int l = 0; l < L; ++l) layer_labels.push_back(std::to_string(l));
-  for (int h = 0; h < G; ++h) head_labels.push_back(std::to_string(h));
 
   std::vector<std::vector<double>> similarity = square(result.layer_similarity, L);
   for (int a = 0; a < L; ++a)
@@ -157,22 +156,24 @@ void write_plots(const CalibrationResult& result, const CalibrationOptions& opti
   plot::bar_chart(dir + "/importance.png", fmt::format("{}: layer importance w = 1 - cos(x, x + attn)", model_name),
                   layer_labels, result.importance, "layer", "importance");
 
-  // Sparsity: rows are KV heads, columns layers.
-  auto head_rows = [&](const std::vector<double>& captured) {
-    std::vector<std::vector<double>> rows(static_cast<size_t>(G), std::vector<double>(static_cast<size_t>(L)));
-    for (int l = 0; l < L; ++l)
-      for (int h = 0; h < G; ++h) rows[size_t(h)][size_t(l)] = captured[size_t(l) * G + h];
-    return rows;
+  // Sparsity: one row per (budget, KV head), one column per layer.
+  std::vector<std::vector<double>> sparsity;
+  std::vector<std::string> sparsity_labels;
+  auto add_rows = [&](const std::vector<double>& captured, const std::string& budget) {
+    for (int h = 0; h < G; ++h) {
+      std::vector<double> row(static_cast<size_t>(L));
+      for (int l = 0; l < L; ++l) row[size_t(l)] = captured[size_t(l) * G + h];
+      sparsity.push_back(std::move(row));
+      sparsity_labels.push_back(fmt::format("{} h{}", budget, h));
+    }
   };
-  const auto top_k_rows = head_rows(result.captured_top_k);
-  plot::heatmap(dir + "/sparsity_topk.png",
-                fmt::format("{}: attention mass kept by top-{} keys + own tile", model_name, options.statistics.top_k),
-                top_k_rows, "layer", "KV head", lower_colour_bound(top_k_rows), 1.0, layer_labels, head_labels);
-  const auto budget_rows = head_rows(result.captured_budget);
-  plot::heatmap(dir + "/sparsity_budget.png",
-                fmt::format("{}: attention mass kept at {}% budget (min {} keys) + own tile", model_name,
+  add_rows(result.captured_top_k, fmt::format("k={}", options.statistics.top_k));
+  add_rows(result.captured_budget, fmt::format("{}%", options.statistics.budget_percent));
+  plot::heatmap(dir + "/sparsity.png",
+                fmt::format("{}: attention mass kept (top-k keys + own tile; {}%: min {} keys)", model_name,
                             options.statistics.budget_percent, options.statistics.min_k),
-                budget_rows, "layer", "KV head", lower_colour_bound(budget_rows), 1.0, layer_labels, head_labels);
+                sparsity, "layer", "KV head", lower_colour_bound(sparsity), 1.0, layer_labels,
+                sparsity_labels);
 
   plot::Series series{"sum w sim / sum w", {}, {}, {}, {}};
   for (const AnchorSolution& s : result.solutions) {

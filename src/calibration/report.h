@@ -35,8 +35,9 @@ attention::KascadeProfile make_profile(const CalibrationResult& result, const Ca
 nlohmann::json statistics_json(const CalibrationResult& result, const CalibrationOptions& options,
                                int chosen_anchors, const model::Model& model, const DevSetInfo& dev_set);
 
-// Writes dir/similarity.png, importance.png, sparsity_topk.png,
-// sparsity_budget.png and anchor_scores.png; `model_name` titles them.
+// Writes dir/similarity.png (sim(a,b)), importance.png (w_b), sparsity.png
+// (mass kept per layer and KV head at both budgets) and anchor_scores.png (the
+// DP's best score per anchor count); `model_name` titles them.
 void write_plots(const CalibrationResult& result, const CalibrationOptions& options, int chosen_anchors,
                  const std::string& model_name, const std::string& dir);
 
