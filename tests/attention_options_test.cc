@@ -277,7 +277,9 @@ TEST(AttentionOptions, DiagnosticsReportKeptMassAndError) {
       EXPECT_NEAR(report.min_kept_mass, mass_min, 1e-5);
       EXPECT_NEAR(report.mean_kept_keys, keys / rows, 1e-9);
       EXPECT_NEAR(report.relative_error, std::sqrt(diff / norm), 1e-5);
-      if (l == 0) EXPECT_NEAR(report.mean_kept_mass, 1.0, 1e-5);  // layer 0 is dense
+      if (l == 0) {
+        EXPECT_NEAR(report.mean_kept_mass, 1.0, 1e-5);  // layer 0 is dense
+      }
       if (l > 0 && chunk.phase == Phase::Decode) {
         EXPECT_LT(report.mean_kept_mass, 1.0);
         EXPECT_GT(report.relative_error, 0.0);

@@ -109,7 +109,7 @@ class ExactAttention {
   // Exact causal attention for all heads of the step.
   void dense(const Step& step);
 
-  // Attention restricted to lookup(unit, head) (+ own tile for prefill units),
+  // Attention restricted to lookup(unit, head) (+ the own tile of units that have one),
   // per KV head (all g heads of the group share the set) or per query head.
   void restricted(const Step& step, std::span<const Unit> units, const SetLookup& lookup,
                   bool per_query_head);

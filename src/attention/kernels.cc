@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
-#include <vector>
 
 namespace kascade::attention::kernels {
 
@@ -288,40 +287,56 @@ void pack_value_chunks(Rows<T> values, const KeyList& list, int d, float* out) {
 template void pack_value_chunks<float>(Rows<float>, const KeyList&, int, float*);
 template void pack_value_chunks<uint16_t>(Rows<uint16_t>, const KeyList&, int, float*);
 
-// Decode PV straight from the cache: three rows x 32 (or 8) columns per pass.
-// The first pass prefetches whole rows so the later passes hit the cache.
+// Decode PV straight from the cache: three rows x 16 (or 8) columns per pass.
+// Keys alternate between two sets of accumulators, so that consecutive FMAs
+// into one register are two keys apart (the FMA latency would otherwise bound
+// the loop). Gathers prefetch whole rows in the first pass so the later
+// passes hit the cache.
 template <typename T, bool kGather, bool kWide>
 static void pv_direct_pass(const float* const (&p)[3], Rows<T> values, const KeyList& list,
                            int c0, int d, float* const (&o)[3]) {
-  constexpr int kW = kWide ? 8 : 0;  // vectors 1..3 alias vector 0 when narrow
-  __m256 a0 = _mm256_loadu_ps(o[0] + c0), a1 = _mm256_loadu_ps(o[0] + c0 + kW),
-         a2 = _mm256_loadu_ps(o[0] + c0 + 2 * kW), a3 = _mm256_loadu_ps(o[0] + c0 + 3 * kW);
-  __m256 b0 = _mm256_loadu_ps(o[1] + c0), b1 = _mm256_loadu_ps(o[1] + c0 + kW),
-         b2 = _mm256_loadu_ps(o[1] + c0 + 2 * kW), b3 = _mm256_loadu_ps(o[1] + c0 + 3 * kW);
-  __m256 e0 = _mm256_loadu_ps(o[2] + c0), e1 = _mm256_loadu_ps(o[2] + c0 + kW),
-         e2 = _mm256_loadu_ps(o[2] + c0 + 2 * kW), e3 = _mm256_loadu_ps(o[2] + c0 + 3 * kW);
-  for (int64_t i = 0; i < list.count; ++i) {
-    if (c0 == 0 && i + kPrefetchDistance < list.count)
-      prefetch_row(list_row<T, kGather>(values, list, i + kPrefetchDistance), d);
-    const T* row = list_row<T, kGather>(values, list, i) + c0;
-    const __m256 x0 = load8(row);
-    const __m256 y0 = _mm256_broadcast_ss(p[0] + i), y1 = _mm256_broadcast_ss(p[1] + i),
-                 y2 = _mm256_broadcast_ss(p[2] + i);
-    a0 = _mm256_fmadd_ps(y0, x0, a0), b0 = _mm256_fmadd_ps(y1, x0, b0), e0 = _mm256_fmadd_ps(y2, x0, e0);
-    if constexpr (kWide) {
-      const __m256 x1 = load8(row + 8), x2 = load8(row + 16), x3 = load8(row + 24);
-      a1 = _mm256_fmadd_ps(y0, x1, a1), b1 = _mm256_fmadd_ps(y1, x1, b1), e1 = _mm256_fmadd_ps(y2, x1, e1);
-      a2 = _mm256_fmadd_ps(y0, x2, a2), b2 = _mm256_fmadd_ps(y1, x2, b2), e2 = _mm256_fmadd_ps(y2, x2, e2);
-      a3 = _mm256_fmadd_ps(y0, x3, a3), b3 = _mm256_fmadd_ps(y1, x3, b3), e3 = _mm256_fmadd_ps(y2, x3, e3);
+  constexpr int kW = kWide ? 8 : 0;  // offset of the second vector (unused when narrow)
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 a0 = zero, a1 = zero, b0 = zero, b1 = zero, e0 = zero, e1 = zero;  // even keys
+  __m256 f0 = zero, f1 = zero, g0 = zero, g1 = zero, h0 = zero, h1 = zero;  // odd keys
+  auto accumulate = [&](int64_t i, __m256& r0, __m256& r1, __m256& s0, __m256& s1, __m256& t0,
+                        __m256& t1) {
+    if constexpr (kGather) {
+      if (c0 == 0 && i + kPrefetchDistance < list.count)
+        prefetch_row(values.row(list.indices[i + kPrefetchDistance]), d);
     }
+    const T* row = list_row<T, kGather>(values, list, i) + c0;
+    __m256 x = load8(row);
+    r0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p[0] + i), x, r0);
+    s0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p[1] + i), x, s0);
+    t0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p[2] + i), x, t0);
+    if constexpr (kWide) {
+      x = load8(row + 8);
+      r1 = _mm256_fmadd_ps(_mm256_broadcast_ss(p[0] + i), x, r1);
+      s1 = _mm256_fmadd_ps(_mm256_broadcast_ss(p[1] + i), x, s1);
+      t1 = _mm256_fmadd_ps(_mm256_broadcast_ss(p[2] + i), x, t1);
+    }
+  };
+  const int64_t count = list.count;
+  int64_t i = 0;
+  for (; i + 2 <= count; i += 2) {
+    accumulate(i, a0, a1, b0, b1, e0, e1);
+    accumulate(i + 1, f0, f1, g0, g1, h0, h1);
   }
-  // Narrow passes store the aliases first so that vector 0 (the result) wins.
-  _mm256_storeu_ps(o[0] + c0 + 3 * kW, a3), _mm256_storeu_ps(o[0] + c0 + 2 * kW, a2);
-  _mm256_storeu_ps(o[0] + c0 + kW, a1), _mm256_storeu_ps(o[0] + c0, a0);
-  _mm256_storeu_ps(o[1] + c0 + 3 * kW, b3), _mm256_storeu_ps(o[1] + c0 + 2 * kW, b2);
-  _mm256_storeu_ps(o[1] + c0 + kW, b1), _mm256_storeu_ps(o[1] + c0, b0);
-  _mm256_storeu_ps(o[2] + c0 + 3 * kW, e3), _mm256_storeu_ps(o[2] + c0 + 2 * kW, e2);
-  _mm256_storeu_ps(o[2] + c0 + kW, e1), _mm256_storeu_ps(o[2] + c0, e0);
+  if (i < count) accumulate(i, a0, a1, b0, b1, e0, e1);
+  auto store = [&](float* out, __m256 lo, __m256 hi) {
+    _mm256_storeu_ps(out + c0 + kW, _mm256_add_ps(_mm256_loadu_ps(out + c0 + kW), hi));
+    _mm256_storeu_ps(out + c0, _mm256_add_ps(_mm256_loadu_ps(out + c0), lo));
+  };
+  if constexpr (kWide) {
+    store(o[0], _mm256_add_ps(a0, f0), _mm256_add_ps(a1, f1));
+    store(o[1], _mm256_add_ps(b0, g0), _mm256_add_ps(b1, g1));
+    store(o[2], _mm256_add_ps(e0, h0), _mm256_add_ps(e1, h1));
+  } else {
+    _mm256_storeu_ps(o[0] + c0, _mm256_add_ps(_mm256_loadu_ps(o[0] + c0), _mm256_add_ps(a0, f0)));
+    _mm256_storeu_ps(o[1] + c0, _mm256_add_ps(_mm256_loadu_ps(o[1] + c0), _mm256_add_ps(b0, g0)));
+    _mm256_storeu_ps(o[2] + c0, _mm256_add_ps(_mm256_loadu_ps(o[2] + c0), _mm256_add_ps(e0, h0)));
+  }
 }
 
 template <typename T, bool kGather>
@@ -337,8 +352,8 @@ static void pv_direct_rows(const float* p, int64_t ldp, int64_t n_rows, Rows<T> 
       orows[r] = r < n ? o + (r0 + r) * ldo : dummy;
     }
     int c0 = 0;
-    for (; c0 + 32 <= d; c0 += 32) pv_direct_pass<T, kGather, true>(prows, values, list, c0, d, orows);
-    for (; c0 < d; c0 += 8) pv_direct_pass<T, kGather, false>(prows, values, list, c0, d, orows);
+    for (; c0 + 16 <= d; c0 += 16) pv_direct_pass<T, kGather, true>(prows, values, list, c0, d, orows);
+    if (c0 < d) pv_direct_pass<T, kGather, false>(prows, values, list, c0, d, orows);
   }
 }
 
@@ -371,9 +386,11 @@ static void dot_block(const float* const (&q)[3], int d, Rows<T> keys, const Key
   // those results, so every key's dot product has the same rounding.
   for (int64_t i = 0; i < list.count; i += 4) {
     const int64_t valid = std::min<int64_t>(4, list.count - i);
-    for (int u = 0; u < 4; ++u)
-      if (i + u + kPrefetchDistance < list.count)
-        prefetch_row(list_row<T, kGather>(keys, list, i + u + kPrefetchDistance), d);
+    if constexpr (kGather) {
+      for (int u = 0; u < 4; ++u)
+        if (i + u + kPrefetchDistance < list.count)
+          prefetch_row(keys.row(list.indices[i + u + kPrefetchDistance]), d);
+    }
     const T* k0 = list_row<T, kGather>(keys, list, i);
     const T* k1 = list_row<T, kGather>(keys, list, i + std::min<int64_t>(1, valid - 1));
     const T* k2 = list_row<T, kGather>(keys, list, i + std::min<int64_t>(2, valid - 1));
@@ -393,25 +410,32 @@ static void dot_block(const float* const (&q)[3], int d, Rows<T> keys, const Key
       c0 = _mm256_fmadd_ps(y, x0, c0), c1 = _mm256_fmadd_ps(y, x1, c1);
       c2 = _mm256_fmadd_ps(y, x2, c2), c3 = _mm256_fmadd_ps(y, x3, c3);
     }
-    alignas(16) float out[3][4];
-    _mm_store_ps(out[0], reduce4(a0, a1, a2, a3));
-    _mm_store_ps(out[1], reduce4(b0, b1, b2, b3));
-    _mm_store_ps(out[2], reduce4(c0, c1, c2, c3));
-    for (int r = 0; r < 3; ++r)
-      for (int64_t u = 0; u < valid; ++u) s[r][i + u] = out[r][u];
+    const __m128 sums[3] = {reduce4(a0, a1, a2, a3), reduce4(b0, b1, b2, b3),
+                            reduce4(c0, c1, c2, c3)};
+    if (valid == 4) {
+      for (int r = 0; r < 3; ++r) _mm_storeu_ps(s[r] + i, sums[r]);
+    } else {
+      alignas(16) float out[4];
+      for (int r = 0; r < 3; ++r) {
+        _mm_store_ps(out, sums[r]);
+        for (int64_t u = 0; u < valid; ++u) s[r][i + u] = out[u];
+      }
+    }
   }
 }
 
 template <typename T, bool kGather>
 static void dot_dispatch(const float* q, int64_t n_rows, int d, Rows<T> keys, const KeyList& list,
-                         float* s, int64_t lds, float* dummy) {
+                         float* s, int64_t lds) {
+  // A last block of fewer than three rows repeats its last row, whose results
+  // (the same values) land on that row again.
   for (int64_t r0 = 0; r0 < n_rows; r0 += 3) {
     const int64_t n = std::min<int64_t>(3, n_rows - r0);
     const float* qrows[3];
     float* srows[3];
     for (int64_t r = 0; r < 3; ++r) {
       qrows[r] = q + (r0 + std::min(r, n - 1)) * d;
-      srows[r] = r < n ? s + (r0 + r) * lds : dummy;
+      srows[r] = s + (r0 + std::min(r, n - 1)) * lds;
     }
     dot_block<T, kGather>(qrows, d, keys, list, srows);
   }
@@ -420,11 +444,10 @@ static void dot_dispatch(const float* q, int64_t n_rows, int d, Rows<T> keys, co
 template <typename T>
 void dot_rows(const float* q, int64_t n_rows, int d, Rows<T> keys, const KeyList& list, float* s,
               int64_t lds) {
-  std::vector<float> dummy(n_rows % 3 ? size_t(list.count) : 0);
   if (list.indices)
-    dot_dispatch<T, true>(q, n_rows, d, keys, list, s, lds, dummy.data());
+    dot_dispatch<T, true>(q, n_rows, d, keys, list, s, lds);
   else
-    dot_dispatch<T, false>(q, n_rows, d, keys, list, s, lds, dummy.data());
+    dot_dispatch<T, false>(q, n_rows, d, keys, list, s, lds);
 }
 
 template void dot_rows<float>(const float*, int64_t, int, Rows<float>, const KeyList&, float*,
