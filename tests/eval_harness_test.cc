@@ -130,6 +130,9 @@ TEST(EvalStatistics, PairedDifferenceInterval) {
   EXPECT_NEAR(i.mean - i.low, 0.56580, 1e-4);
   const std::vector<double> same = {0, 0, 0};
   EXPECT_EQ(paired_difference_interval(same).high, 0.0);
+  const std::vector<double> one = {0.25};
+  EXPECT_EQ(paired_difference_interval(one).mean, 0.25);
+  EXPECT_TRUE(std::isnan(paired_difference_interval(one).low));
 }
 
 std::string model_path() {

@@ -69,6 +69,7 @@ std::string score_text(const AccuracyCell& c) {
 
 std::string delta_text(const Interval& d, double scale, int precision) {
   if (std::isnan(d.mean)) return "-";
+  if (std::isnan(d.low)) return fmt::format("{:+.{}f} [n=1]", scale * d.mean, precision);
   return fmt::format("{:+.{}f} [{:+.{}f}, {:+.{}f}]", scale * d.mean, precision, scale * d.low, precision,
                      scale * d.high, precision);
 }

@@ -29,7 +29,7 @@ Interval paired_difference_interval(std::span<const double> differences) {
   double sum = 0;
   for (const double d : differences) sum += d;
   const double mean = sum / n;
-  if (differences.size() < 2) return {mean, mean, mean};
+  if (differences.size() < 2) return {mean, std::nan(""), std::nan("")};  // no spread to estimate
   double squares = 0;
   for (const double d : differences) squares += (d - mean) * (d - mean);
   const double half = kZ95 * std::sqrt(squares / (n - 1) / n);

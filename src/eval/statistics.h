@@ -24,7 +24,7 @@ inline constexpr double kZ95 = 1.959963984540054;
 // Mean of scores in [0, 1] with its Wilson interval; n = 0 gives NaNs.
 Interval wilson_interval(std::span<const double> scores);
 // Mean of paired differences with its normal interval; n = 0 gives NaNs,
-// n = 1 an interval of the single value.
+// n = 1 the value with NaN ends (one pair says nothing about the spread).
 Interval paired_difference_interval(std::span<const double> differences);
 
 }  // namespace kascade::eval
