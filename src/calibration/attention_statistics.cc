@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "attention/kascade_ops.h"
 #include "core/error.h"
@@ -26,7 +25,6 @@ void validate(const StatisticsSettings& settings) {
 // The measurements of one tile at one layer, merged serially in tile order so
 // the sums do not depend on the thread schedule.
 struct CalibrationStrategy::TileResult {
-  int64_t start = 0;
   // S_x(a, h' -> b, h) at [(a * G + h') * G + h] for a <= b.
   std::vector<double> similarity;
   std::vector<double> captured_top_k, captured_budget;  // per KV head of b
@@ -38,7 +36,7 @@ struct CalibrationStrategy::ThreadBuffers {
   std::vector<float> pooled;  // [kv head][s]
   std::vector<float> lse;     // [t * g + r]
   std::vector<int32_t> budget_indices;
-  std::vector<double> own_tile_mass, own_set_mass, total_mass;  // per KV head
+  std::vector<double> own_tile_mass, own_set_mass;  // per KV head
 };
 
 CalibrationStrategy::CalibrationStrategy(const attention::Shape& shape,
@@ -90,14 +88,16 @@ void CalibrationStrategy::collect(const attention::Step& step) {
   if (step.first_position % T != 0)
     fail("calibration chunk starts at position {}, not a multiple of the tile {}", step.first_position, T);
   const int64_t first_tile = step.first_position / T;
-  if (tiles_done_[size_t(layer)] != first_tile || (layer > 0 && tiles_done_[size_t(layer) - 1] <
-                                                                    first_tile + (step.n_queries + T - 1) / T))
+  const int64_t n_tiles = (step.n_queries + T - 1) / T;
+  // Layer b scores the sets earlier layers stored for the same tiles.
+  const bool in_order = tiles_done_[size_t(layer)] == first_tile &&
+                        (layer == 0 || tiles_done_[size_t(layer) - 1] >= first_tile + n_tiles);
+  if (!in_order)
     fail("calibration needs every layer of a chunk in order from position 0 (layer {} at position {})",
          layer, step.first_position);
   if (layer == 0 && step.first_position == 0) begin_prompt(step.cache.capacity);
   if (step.cache.capacity > max_tiles_ * T) fail("calibration: the KV cache grew within a prompt");
 
-  const int64_t n_tiles = (step.n_queries + T - 1) / T;
   if (int64_t(tile_results_.size()) < n_tiles) tile_results_.resize(size_t(n_tiles));
   const int n_threads = std::max(1, omp_get_max_threads());
   if (int(thread_buffers_.size()) < n_threads) thread_buffers_.resize(size_t(n_threads));
@@ -150,11 +150,9 @@ void CalibrationStrategy::measure_tile(const attention::Step& step, int64_t star
   const int layer = step.layer;
   const int64_t tile_index = start / settings_.tile;
   const int64_t kept = std::min(settings_.top_k, start);
-  const int64_t budget =
-      attention::budget(start, settings_.budget_percent, settings_.min_k);
+  const int64_t budget = attention::budget(start, settings_.budget_percent, settings_.min_k);
   const float* all_keys = static_cast<const float*>(step.cache.keys);
 
-  result.start = start;
   result.top_k_drops = kept < start;
   result.budget_drops = budget < start;
   result.captured_top_k.assign(size_t(G), 0.0);
@@ -164,7 +162,6 @@ void CalibrationStrategy::measure_tile(const attention::Step& step, int64_t star
   buffers.budget_indices.resize(size_t(budget));
   buffers.own_tile_mass.assign(size_t(G), 0.0);
   buffers.own_set_mass.assign(size_t(G), 0.0);
-  buffers.total_mass.assign(size_t(G), 0.0);
 
   for (int h = 0; h < G; ++h) {
     const GroupQueries queries{step.queries + ((start - step.first_position) * shape_.n_heads + h * g) * d,
@@ -185,7 +182,6 @@ void CalibrationStrategy::measure_tile(const attention::Step& step, int64_t star
     const double total = prefix + own_tile;
     buffers.own_tile_mass[size_t(h)] = own_tile;
     buffers.own_set_mass[size_t(h)] = own_set;
-    buffers.total_mass[size_t(h)] = total;
     if (total > 0) {
       result.captured_top_k[size_t(h)] = (own_set + own_tile) / total;
       if (result.budget_drops) {
