@@ -37,7 +37,7 @@ elapsed=$(( $(date +%s) - started ))
 {
   echo "# Long-context evaluation of the attention strategies"
   echo
-  echo "Regenerate with \`scripts/eval_report.sh $SAMPLES\` (this file, the plots, results.csv,"
+  echo "Regenerate with \`THREADS=$THREADS LENGTHS=$LENGTHS scripts/eval_report.sh $SAMPLES\` (this file, the plots, results.csv,"
   echo "summary.csv, results.json and eval_output.txt in docs/eval/). Run on $(nproc) cores of"
   echo "\`$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')\` in ${elapsed} s, $(date -u +%Y-%m-%d)."
   echo
