@@ -476,10 +476,14 @@ void attend_block_rows(const float* q, int64_t n_rows, int d, Rows<T> keys, Rows
     const KeyList block{list.indices ? list.indices + b0 : nullptr, list.first + b0,
                         std::min(kKeyBlock, list.count - b0)};
     if (limit && block.at(0) > max_limit) break;  // ascending keys: no row sees the rest
-    if (packed)
+    if (packed) {
       qk_panels(q, n_rows, d, packed->key_panels + b0 * d, block.count, s, kKeyBlock);
-    else
+    } else {
+      // A gather's value rows start arriving while the scores are computed.
+      if (block.indices)
+        for (int64_t i = 0; i < block.count; ++i) prefetch_row(values.row(block.indices[i]), d);
       dot_rows(q, n_rows, d, keys, block, s, kKeyBlock);
+    }
     const int64_t n_kept = kept ? std::clamp<int64_t>(kept->count - b0, 0, block.count) : 0;
     for (int64_t r = 0; r < n_rows; ++r) {
       float* row = s + r * kKeyBlock;

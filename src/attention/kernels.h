@@ -200,12 +200,6 @@ struct PackedKv {
   const float* value_chunks = nullptr;
 };
 
-// Attention of packed query rows over an ascending key list, with online
-// softmax over blocks of kKeyBlock keys. Row r sees the list keys <= limit[r]
-// (limit null: all). With `packed` the scores and values come from the packed
-// list (prefill); without, straight from the cache (decode, few rows).
-// States and acc (n_rows x acc_stride(d)) are updated, not reset, so calls
-// chain and split-KV partial results merge.
 // Raw scores of list keys [0, count) of each row, kept (copied out before the
 // softmax) for a selection fused with dense attention; row r at data + r * ld.
 struct KeptScores {
@@ -214,6 +208,12 @@ struct KeptScores {
   int64_t count = 0;
 };
 
+// Attention of packed query rows over an ascending key list, with online
+// softmax over blocks of kKeyBlock keys. Row r sees the list keys <= limit[r]
+// (limit null: all). With `packed` the scores and values come from the packed
+// list (prefill); without, straight from the cache (decode, few rows).
+// States and acc (n_rows x acc_stride(d)) are updated, not reset, so calls
+// chain and split-KV partial results merge. `kept` copies raw scores out.
 template <typename T>
 void attend_block_rows(const float* q, int64_t n_rows, int d, Rows<T> keys, Rows<T> values,
                        const KeyList& list, const int64_t* limit, const PackedKv* packed,
