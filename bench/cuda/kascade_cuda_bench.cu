@@ -359,10 +359,15 @@ int main(int argc, char** argv) {
       for (int n : {32768, 131072}) bench_decode(Shape{false, 64, 32, 8, 128, n}, budget, timer, 1, false);
     }
     if (what == "all" || what == "prefill") {
+      // KASCADE_BENCH_N=32768 (say) limits prefill to that length, fp16 only (bring-up runs).
+      const char* only = std::getenv("KASCADE_BENCH_N");
+      const int only_n = only ? std::atoi(only) : 0;
       for (bool bf16 : {false, true})
         for (int n : {8192, 32768, 65536, 131072})
-          bench_prefill(Shape{bf16, 1, 32, 8, 128, n}, budget, 32, timer, n >= 65536 ? 3 : 5);
-      for (int n : {8192, 32768}) bench_prefill(Shape{false, 1, 9, 3, 64, n}, budget, 32, timer, 5);
+          if (only_n == 0 || (n == only_n && !bf16))
+            bench_prefill(Shape{bf16, 1, 32, 8, 128, n}, budget, 32, timer, n >= 65536 ? 3 : 5);
+      if (only_n == 0)
+        for (int n : {8192, 32768}) bench_prefill(Shape{false, 1, 9, 3, 64, n}, budget, 32, timer, 5);
     }
   } catch (const std::exception& error) {
     std::fprintf(stderr, "bench: %s\n", error.what());

@@ -8,11 +8,15 @@
 // memory. Eight warps own 16 rows each; K/V chunks of 32 or 64 keys stream
 // through a two-stage cp.async pipeline.
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
 
 #include "cuda/device_common.cuh"
 #include "cuda/kernels.h"
 #include "cuda/radix_select.cuh"
 #include "cuda/softmax_state.cuh"
+#include "cuda/wgmma_common.cuh"
 
 namespace kascade::cuda::detail {
 namespace {
@@ -323,6 +327,288 @@ __global__ void __launch_bounds__(PrefillConfig<kHeadDim, kMode == PrefillMode::
     }
 }
 
+// ---------------------------------------------------------------------------
+// The Hopper core (wgmma + TMA, warp-specialised) for head_dim 128; see
+// wgmma_common.cuh for layouts. Same semantics as prefill_attention_kernel.
+
+template <typename T, PrefillKeys kKeys, PrefillMode kMode>
+__global__ void __launch_bounds__(hopper::kThreads, 1)
+    wgmma_prefill_kernel(const __grid_constant__ hopper::Params params) {
+  constexpr bool kReadValues = kMode == PrefillMode::Attend;
+  constexpr bool kGather = kKeys == PrefillKeys::Selected;
+  using Config = hopper::Config<kReadValues>;
+  constexpr int kStages = Config::kStages;
+  constexpr int kChunk = hopper::kChunk;
+  const PrefillParams& p = params.p;
+  extern __shared__ __align__(128) unsigned char shared[];
+  const uint32_t base = (shared_address(shared) + 1023u) & ~1023u;
+  const uint32_t query_tile = base;
+  const uint32_t stages = base + hopper::kQueryBytes;
+  const uint32_t barriers = base + Config::kBarrierOffset;
+  auto key_stage = [&](int s) { return stages + s * Config::kStageBytes; };
+  auto value_stage = [&](int s) { return stages + s * Config::kStageBytes + hopper::kTileBytes; };
+  auto full_keys = [&](int s) { return barriers + 8 * s; };
+  auto full_values = [&](int s) { return barriers + 8 * (kStages + s); };
+  auto empty = [&](int s) { return barriers + 8 * (2 * kStages + s); };
+
+  const int b = blockIdx.z;
+  const int kv_head = blockIdx.x / p.row_blocks;
+  const int row_base = (blockIdx.x % p.row_blocks) * kBlockRows;
+  const int q_block = gridDim.y - 1 - blockIdx.y;
+  const int q0 = q_block * p.block_queries;
+  const int seq_len = p.seq_lens[b];
+  if (q0 >= seq_len) return;
+
+  KeyList keys;
+  const int last_query = min(q0 + p.block_queries, seq_len) - 1;
+  if constexpr (kKeys == PrefillKeys::Causal) {
+    keys.total = last_query + 1;
+  } else {
+    const int set_head = p.head_map ? p.head_map[kv_head] : kv_head;
+    const int64_t begin = p.tile_offsets[q_block], end = p.tile_offsets[q_block + 1];
+    keys.selected = p.indices + (int64_t(b) * p.n_kv_heads + set_head) * p.per_head + begin;
+    keys.n_selected = static_cast<int>(end - begin);
+    keys.own_begin = q0;
+    keys.total = keys.n_selected + (last_query + 1 - q0);
+  }
+  const int n_chunks = (keys.total + kChunk - 1) / kChunk;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      hopper::barrier_init(full_keys(s), kGather ? 128 : 1);
+      hopper::barrier_init(full_values(s), kGather ? 128 : 1);
+      hopper::barrier_init(empty(s), 256);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (threadIdx.x < 128) {
+    // Producer warpgroup.
+    if constexpr (kGather) {
+      hopper::registers_decrease<40>();
+      const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+      const int64_t kv_offset = (int64_t(b) * p.n_kv_heads + kv_head) * p.kv_head_stride;
+      const T* key_base = static_cast<const T*>(p.keys) + kv_offset;
+      const T* value_base = static_cast<const T*>(p.values) + kv_offset;
+      // Lane l of warp w fetches the position of chunk row 32 w + l; the
+      // copies then go row pair by row pair, 16 lanes (16 x 16 B) per row.
+      auto position_of = [&](int c) {
+        const int v = c * kChunk + warp * 32 + lane;
+        return v < keys.total ? keys.position(v) : -1;
+      };
+      int position = position_of(0);
+      for (int c = 0; c < n_chunks; ++c) {
+        const int s = c % kStages;
+        if (c >= kStages) hopper::barrier_wait(empty(s), ((c / kStages) + 1) & 1);
+        const int next = c + 1 < n_chunks ? position_of(c + 1) : -1;
+        const int chunk = lane & 15;
+#pragma unroll 4
+        for (int i = 0; i < 16; ++i) {
+          const int source_lane = 2 * i + (lane >> 4);
+          const int row_position = __shfl_sync(0xffffffffu, position, source_lane);
+          const bool valid = row_position >= 0;
+          cp_async_16(key_stage(s) + hopper::swizzled(warp * 32 + source_lane, chunk, hopper::kHalfBytes),
+                      key_base + (valid ? int64_t(row_position) * hopper::kDim + chunk * 8 : 0), valid);
+        }
+        hopper::barrier_arrive_on_copies(full_keys(s));
+#pragma unroll 4
+        for (int i = 0; i < 16; ++i) {
+          const int source_lane = 2 * i + (lane >> 4);
+          const int row_position = __shfl_sync(0xffffffffu, position, source_lane);
+          const bool valid = row_position >= 0;
+          cp_async_16(value_stage(s) + hopper::swizzled(warp * 32 + source_lane, chunk, hopper::kHalfBytes),
+                      value_base + (valid ? int64_t(row_position) * hopper::kDim + chunk * 8 : 0), valid);
+        }
+        hopper::barrier_arrive_on_copies(full_values(s));
+        position = next;
+      }
+      cp_async_wait<0>();
+    } else {
+      hopper::registers_decrease<24>();
+      if (threadIdx.x == 0) {
+        const int row0 = (b * p.n_kv_heads + kv_head) * params.capacity;
+        for (int c = 0; c < n_chunks; ++c) {
+          const int s = c % kStages;
+          if (c >= kStages) hopper::barrier_wait(empty(s), ((c / kStages) + 1) & 1);
+          const int row = row0 + c * kChunk;
+          hopper::barrier_expect_bytes(full_keys(s), hopper::kTileBytes);
+          hopper::tma_load_2d(key_stage(s), &params.keys_map, 0, row, full_keys(s));
+          hopper::tma_load_2d(key_stage(s) + hopper::kHalfBytes, &params.keys_map, 64, row, full_keys(s));
+          if constexpr (kReadValues) {
+            hopper::barrier_expect_bytes(full_values(s), hopper::kTileBytes);
+            hopper::tma_load_2d(value_stage(s), &params.values_map, 0, row, full_values(s));
+            hopper::tma_load_2d(value_stage(s) + hopper::kHalfBytes, &params.values_map, 64, row, full_values(s));
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumer warpgroups.
+  hopper::registers_increase<kGather ? 232 : 240>();
+  const int consumer = threadIdx.x - 128;  // 0..255
+  const int group = consumer >> 7;         // warpgroup: rows [64 group, 64 group + 64)
+  const int t = consumer & 127;
+  const int warp = t >> 5, lane = t & 31;
+  const int quad_row = lane >> 2, quad_col = lane & 3;
+
+  // This warpgroup's 64 query rows.
+  for (int piece = t; piece < 64 * 16; piece += 128) {
+    const int row = 64 * group + piece / 16, chunk = piece % 16;
+    const RowInfo info = row_info(row_base + row, q0, p.block_queries, p.group, kv_head, seq_len);
+    const bool valid = info.query >= 0;
+    const T* source = static_cast<const T*>(p.queries);
+    if (valid)
+      source += ((int64_t(b) * p.max_seq_len + info.query) * p.n_heads + info.head) * hopper::kDim + chunk * 8;
+    cp_async_16(query_tile + hopper::swizzled(row, chunk, hopper::kQueryHalfBytes), source, valid);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  hopper::fence_proxy_async();
+  hopper::named_barrier(1 + group, 128);
+
+  RowInfo rows[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+    rows[r] = row_info(row_base + 64 * group + 16 * warp + quad_row + 8 * r, q0, p.block_queries, p.group, kv_head,
+                       seq_len);
+  const int unmasked_keys = kKeys == PrefillKeys::Causal ? q0 + 1 : keys.n_selected + 1;
+  const uint32_t query_rows = query_tile + 64 * group * 128;
+
+  SoftmaxState state[2];
+  float out[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) out[i] = 0.f;
+
+  for (int c = 0; c < n_chunks; ++c) {
+    const int s = c % kStages;
+    const uint32_t parity = (c / kStages) & 1;
+    const int key0 = c * kChunk;
+    hopper::barrier_wait(full_keys(s), parity);
+    if constexpr (kGather) hopper::fence_proxy_async();  // rows written by cp.async, read by wgmma
+
+    float scores[64];
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < hopper::kDim / 16; ++k) {
+      const uint32_t column = (k >> 2) * hopper::kQueryHalfBytes + (k & 3) * 32;
+      const uint32_t key_column = (k >> 2) * hopper::kHalfBytes + (k & 3) * 32;
+      hopper::wgmma_ss<T>(scores, hopper::descriptor_k_major(query_rows + column),
+                          hopper::descriptor_k_major(key_stage(s) + key_column), k > 0);
+    }
+    hopper::wgmma_commit();
+    hopper::wgmma_wait_all();
+    hopper::fence_registers(scores);
+    if constexpr (!kReadValues) hopper::barrier_arrive(empty(s));
+
+    const bool needs_mask = key0 + kChunk > unmasked_keys;
+#pragma unroll
+    for (int j = 0; j < kChunk / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const RowInfo& info = rows[e >> 1];
+        bool visible = info.query >= 0;
+        if (needs_mask) {
+          const int v = key0 + 8 * j + 2 * quad_col + (e & 1);
+          int position = v;
+          if constexpr (kKeys == PrefillKeys::Selected) position = v < keys.n_selected ? -1 : q0 + v - keys.n_selected;
+          visible = visible && v < keys.total && position <= info.query;
+        }
+        scores[4 * j + e] = visible ? scores[4 * j + e] * p.scale_log2 : -INFINITY;
+      }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float chunk_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kChunk / 8; ++j) chunk_max = fmaxf(chunk_max, fmaxf(scores[4 * j + 2 * r], scores[4 * j + 2 * r + 1]));
+      chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 1));
+      chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 2));
+      const float new_max = fmaxf(state[r].max, chunk_max);
+      const float reference = SoftmaxState::finite_max(new_max);
+      const float rescale = exp2f(state[r].max - reference);
+      state[r].max = new_max;
+      float chunk_sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kChunk / 8; ++j)
+#pragma unroll
+        for (int e = 2 * r; e < 2 * r + 2; ++e) {
+          scores[4 * j + e] = exp2f(scores[4 * j + e] - reference);
+          chunk_sum += scores[4 * j + e];
+        }
+      state[r].sum = state[r].sum * rescale + chunk_sum;
+      if constexpr (kReadValues) {
+#pragma unroll
+        for (int j = 0; j < hopper::kDim / 8; ++j) {
+          out[4 * j + 2 * r] *= rescale;
+          out[4 * j + 2 * r + 1] *= rescale;
+        }
+      }
+    }
+
+    if constexpr (kReadValues) {
+      uint32_t pa[kChunk / 16][4];
+#pragma unroll
+      for (int k = 0; k < kChunk / 16; ++k) {
+        pa[k][0] = ElementTraits<T>::pack2(scores[8 * k + 0], scores[8 * k + 1]);
+        pa[k][1] = ElementTraits<T>::pack2(scores[8 * k + 2], scores[8 * k + 3]);
+        pa[k][2] = ElementTraits<T>::pack2(scores[8 * k + 4], scores[8 * k + 5]);
+        pa[k][3] = ElementTraits<T>::pack2(scores[8 * k + 6], scores[8 * k + 7]);
+      }
+      hopper::barrier_wait(full_values(s), parity);
+      if constexpr (kGather) {
+        hopper::fence_proxy_async();
+      } else if (key0 + kChunk > seq_len) {
+        // Rows past the sequence may hold anything (NaN times a zero
+        // probability is NaN): zero them before P V reads the stage.
+        const int first = max(seq_len - key0, 0);
+        for (int piece = consumer; piece < (kChunk - first) * 16; piece += 256) {
+          const int row = first + piece / 16, chunk = piece % 16;
+          asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(
+                           value_stage(s) + hopper::swizzled(row, chunk, hopper::kHalfBytes)),
+                       "r"(0)
+                       : "memory");
+        }
+        hopper::fence_proxy_async();
+        hopper::named_barrier(3, 256);
+      }
+      hopper::fence_registers(out);
+      hopper::wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < kChunk / 16; ++k)
+        hopper::wgmma_rs<T>(out, pa[k], hopper::descriptor_mn_major(value_stage(s) + k * 16 * 128, hopper::kHalfBytes),
+                            1);
+      hopper::wgmma_commit();
+      hopper::wgmma_wait_all();
+      hopper::fence_registers(out);
+      hopper::barrier_arrive(empty(s));
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    SoftmaxState& state_row = state[r];
+    state_row.sum += __shfl_xor_sync(0xffffffffu, state_row.sum, 1);
+    state_row.sum += __shfl_xor_sync(0xffffffffu, state_row.sum, 2);
+    const RowInfo& info = rows[r];
+    if (info.query < 0) continue;
+    const float lse2 = state_row.log2_sum_exp();
+    if (p.lse && quad_col == 0) p.lse[(int64_t(b) * p.n_heads + info.head) * p.max_seq_len + info.query] = lse2 * kLn2;
+    if constexpr (kReadValues) {
+      const float inverse = state_row.sum > 0.f ? 1.f / state_row.sum : 0.f;
+      T* out_row =
+          static_cast<T*>(p.output) + ((int64_t(b) * p.max_seq_len + info.query) * p.n_heads + info.head) * hopper::kDim;
+#pragma unroll
+      for (int j = 0; j < hopper::kDim / 8; ++j) {
+        const uint32_t packed = ElementTraits<T>::pack2(out[4 * j + 2 * r] * inverse, out[4 * j + 2 * r + 1] * inverse);
+        *reinterpret_cast<uint32_t*>(out_row + 8 * j + 2 * quad_col) = packed;
+      }
+    }
+  }
+}
+
 constexpr int kSelectChunkKeys = 64;
 
 template <int kHeadDim>
@@ -496,6 +782,93 @@ const KernelInfo& prefill_kernel_for_type(int head_dim, PrefillKeys keys, Prefil
   unsupported("head_dim", head_dim);
 }
 
+
+// The Hopper core serves head_dim 128 unless KASCADE_PREFILL_CORE=mma asks
+// for the mma.sync core (A/B runs); other head dims use the mma.sync core.
+bool use_hopper_core(int head_dim) {
+  static const bool mma_sync_only = [] {
+    const char* value = std::getenv("KASCADE_PREFILL_CORE");
+    return value != nullptr && std::string_view(value) == "mma";
+  }();
+  return head_dim == hopper::kDim && !mma_sync_only;
+}
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda).
+EncodeTiled tensor_map_encoder() {
+  static const EncodeTiled encode = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &found),
+               "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
+    if (found != cudaDriverEntryPointSuccess || function == nullptr)
+      unsupported("driver entry point cuTensorMapEncodeTiled, status", int(found));
+    return reinterpret_cast<EncodeTiled>(function);
+  }();
+  return encode;
+}
+
+// [rows][128] elements, boxes of 64 x kChunk, 128-byte swizzle; rows past
+// the end read as zeros.
+CUtensorMap kv_tensor_map(const void* data, DType dtype, int64_t rows) {
+  CUtensorMap map;
+  std::memset(&map, 0, sizeof(map));
+  const cuuint64_t dims[2] = {cuuint64_t(hopper::kDim), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(hopper::kDim) * 2};
+  const cuuint32_t box[2] = {64, cuuint32_t(hopper::kChunk)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult result = tensor_map_encoder()(
+      &map, dtype == DType::F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+      const_cast<void*>(data), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) unsupported("cuTensorMapEncodeTiled result", int(result));
+  return map;
+}
+
+template <typename T, PrefillKeys kKeys, PrefillMode kMode>
+const KernelInfo& wgmma_kernel_info() {
+  static const KernelInfo info =
+      configure(reinterpret_cast<const void*>(&wgmma_prefill_kernel<T, kKeys, kMode>),
+                hopper::Config<kMode == PrefillMode::Attend>::kSharedBytes, hopper::kThreads,
+                "configure wgmma_prefill_kernel");
+  return info;
+}
+
+template <typename T>
+const KernelInfo& wgmma_kernel_for_type(PrefillKeys keys, PrefillMode mode) {
+  if (keys == PrefillKeys::Selected) {
+    if (mode != PrefillMode::Attend) unsupported("prefill mode (LSE of a selected-key pass)", int(mode));
+    return wgmma_kernel_info<T, PrefillKeys::Selected, PrefillMode::Attend>();
+  }
+  return mode == PrefillMode::LseOnly ? wgmma_kernel_info<T, PrefillKeys::Causal, PrefillMode::LseOnly>()
+                                      : wgmma_kernel_info<T, PrefillKeys::Causal, PrefillMode::Attend>();
+}
+
+void launch_wgmma_prefill(const PrefillParams& params, DType dtype, int head_dim, PrefillKeys keys, PrefillMode mode,
+                          cudaStream_t stream) {
+  const KernelInfo& info = dtype == DType::F16 ? wgmma_kernel_for_type<__half>(keys, mode)
+                                               : wgmma_kernel_for_type<__nv_bfloat16>(keys, mode);
+  hopper::Params hp;
+  std::memset(&hp.keys_map, 0, sizeof(hp.keys_map));
+  std::memset(&hp.values_map, 0, sizeof(hp.values_map));
+  hp.p = params;
+  hp.capacity = static_cast<int>(params.kv_head_stride / head_dim);
+  if (keys == PrefillKeys::Causal) {
+    const int64_t rows = int64_t(params.batch) * params.n_kv_heads * hp.capacity;
+    if (rows >= (int64_t(1) << 31)) unsupported("KV rows for the tensor map", rows);
+    hp.keys_map = kv_tensor_map(params.keys, dtype, rows);
+    if (mode == PrefillMode::Attend) hp.values_map = kv_tensor_map(params.values, dtype, rows);
+  }
+  const int query_blocks = (params.max_seq_len + params.block_queries - 1) / params.block_queries;
+  const dim3 grid(params.n_kv_heads * params.row_blocks, query_blocks, params.batch);
+  void* arguments[] = {&hp};
+  check_cuda(cudaLaunchKernel(info.kernel, grid, dim3(info.threads), arguments, info.shared_bytes, stream),
+             "launch wgmma_prefill_kernel");
+}
+
 template <typename T, int kHeadDim>
 const KernelInfo& tile_select_kernel_info() {
   static const KernelInfo info = configure(reinterpret_cast<const void*>(&tile_select_kernel<T, kHeadDim>),
@@ -523,6 +896,10 @@ const KernelInfo& tile_select_kernel_for(DType dtype, int head_dim) {
 
 void launch_prefill_attention(const PrefillParams& params, DType dtype, int head_dim, PrefillKeys keys,
                               PrefillMode mode, cudaStream_t stream) {
+  if (use_hopper_core(head_dim)) {
+    launch_wgmma_prefill(params, dtype, head_dim, keys, mode, stream);
+    return;
+  }
   const KernelInfo& info = dtype == DType::F16 ? prefill_kernel_for_type<__half>(head_dim, keys, mode)
                                                : prefill_kernel_for_type<__nv_bfloat16>(head_dim, keys, mode);
   const int query_blocks = (params.max_seq_len + params.block_queries - 1) / params.block_queries;
