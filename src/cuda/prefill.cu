@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(PrefillConfig<kHeadDim, kMode == PrefillMode::
 // The Hopper core (wgmma + TMA, warp-specialised) for head_dim 128; see
 // wgmma_common.cuh for layouts. Same semantics as prefill_attention_kernel.
 
-template <typename T, PrefillKeys kKeys, PrefillMode kMode>
+template <typename T, PrefillKeys kKeys, PrefillMode kMode, bool kOverlap>
 __global__ void __launch_bounds__(hopper::kThreads, 1)
     wgmma_prefill_kernel(const __grid_constant__ hopper::Params params) {
   constexpr bool kReadValues = kMode == PrefillMode::Attend;
@@ -349,7 +349,8 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
   auto value_stage = [&](int s) { return stages + s * Config::kStageBytes + hopper::kTileBytes; };
   auto full_keys = [&](int s) { return barriers + 8 * s; };
   auto full_values = [&](int s) { return barriers + 8 * (kStages + s); };
-  auto empty = [&](int s) { return barriers + 8 * (2 * kStages + s); };
+  auto empty_keys = [&](int s) { return barriers + 8 * (2 * kStages + s); };
+  auto empty_values = [&](int s) { return barriers + 8 * (3 * kStages + s); };
 
   const int b = blockIdx.z;
   const int kv_head = blockIdx.x / p.row_blocks;
@@ -377,7 +378,8 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       hopper::barrier_init(full_keys(s), kGather ? 128 : 1);
       hopper::barrier_init(full_values(s), kGather ? 128 : 1);
-      hopper::barrier_init(empty(s), 256);
+      hopper::barrier_init(empty_keys(s), 256);
+      hopper::barrier_init(empty_values(s), 256);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -400,7 +402,7 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
       int position = position_of(0);
       for (int c = 0; c < n_chunks; ++c) {
         const int s = c % kStages;
-        if (c >= kStages) hopper::barrier_wait(empty(s), ((c / kStages) + 1) & 1);
+        if (c >= kStages) hopper::barrier_wait(empty_keys(s), ((c / kStages) + 1) & 1);
         const int next = c + 1 < n_chunks ? position_of(c + 1) : -1;
         const int chunk = lane & 15;
 #pragma unroll 4
@@ -412,6 +414,7 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
                       key_base + (valid ? int64_t(row_position) * hopper::kDim + chunk * 8 : 0), valid);
         }
         hopper::barrier_arrive_on_copies(full_keys(s));
+        if (c >= kStages) hopper::barrier_wait(empty_values(s), ((c / kStages) + 1) & 1);
 #pragma unroll 4
         for (int i = 0; i < 16; ++i) {
           const int source_lane = 2 * i + (lane >> 4);
@@ -430,12 +433,13 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
         const int row0 = (b * p.n_kv_heads + kv_head) * params.capacity;
         for (int c = 0; c < n_chunks; ++c) {
           const int s = c % kStages;
-          if (c >= kStages) hopper::barrier_wait(empty(s), ((c / kStages) + 1) & 1);
+          if (c >= kStages) hopper::barrier_wait(empty_keys(s), ((c / kStages) + 1) & 1);
           const int row = row0 + c * kChunk;
           hopper::barrier_expect_bytes(full_keys(s), hopper::kTileBytes);
           hopper::tma_load_2d(key_stage(s), &params.keys_map, 0, row, full_keys(s));
           hopper::tma_load_2d(key_stage(s) + hopper::kHalfBytes, &params.keys_map, 64, row, full_keys(s));
           if constexpr (kReadValues) {
+            if (c >= kStages) hopper::barrier_wait(empty_values(s), ((c / kStages) + 1) & 1);
             hopper::barrier_expect_bytes(full_values(s), hopper::kTileBytes);
             hopper::tma_load_2d(value_stage(s), &params.values_map, 0, row, full_values(s));
             hopper::tma_load_2d(value_stage(s) + hopper::kHalfBytes, &params.values_map, 64, row, full_values(s));
@@ -482,14 +486,11 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
 #pragma unroll
   for (int i = 0; i < 64; ++i) out[i] = 0.f;
 
-  for (int c = 0; c < n_chunks; ++c) {
+  // S = Q K^T of chunk c into `scores` (issued, not waited for).
+  auto issue_scores = [&](int c, float (&scores)[64]) {
     const int s = c % kStages;
-    const uint32_t parity = (c / kStages) & 1;
-    const int key0 = c * kChunk;
-    hopper::barrier_wait(full_keys(s), parity);
+    hopper::barrier_wait(full_keys(s), (c / kStages) & 1);
     if constexpr (kGather) hopper::fence_proxy_async();  // rows written by cp.async, read by wgmma
-
-    float scores[64];
     hopper::wgmma_fence();
 #pragma unroll
     for (int k = 0; k < hopper::kDim / 16; ++k) {
@@ -499,92 +500,191 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
                           hopper::descriptor_k_major(key_stage(s) + key_column), k > 0);
     }
     hopper::wgmma_commit();
-    hopper::wgmma_wait_all();
-    hopper::fence_registers(scores);
-    if constexpr (!kReadValues) hopper::barrier_arrive(empty(s));
-
-    const bool needs_mask = key0 + kChunk > unmasked_keys;
+  };
+  // Mask, scale, online-softmax update; scores become probabilities
+  // (relative to the new running max); returns the rows' rescale factors.
+  // Per score: a max, one FMA (scale and shift), ex2 and an add; the mask is
+  // applied only in chunks that reach past the block's first query (rows
+  // past the sequence are never stored, so they need no mask). The ALU pipe
+  // was the busiest one with a select per score and exp2f's range fix-ups
+  // (ncu, run 8).
+  auto softmax = [&](int c, float (&scores)[64], float (&rescale)[2]) {
+    const int key0 = c * kChunk;
+    if (key0 + kChunk > unmasked_keys) {
 #pragma unroll
-    for (int j = 0; j < kChunk / 8; ++j)
+      for (int j = 0; j < kChunk / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const RowInfo& info = rows[e >> 1];
-        bool visible = info.query >= 0;
-        if (needs_mask) {
+        for (int e = 0; e < 4; ++e) {
+          const RowInfo& info = rows[e >> 1];
           const int v = key0 + 8 * j + 2 * quad_col + (e & 1);
           int position = v;
           if constexpr (kKeys == PrefillKeys::Selected) position = v < keys.n_selected ? -1 : q0 + v - keys.n_selected;
-          visible = visible && v < keys.total && position <= info.query;
+          const bool visible = info.query >= 0 && v < keys.total && position <= info.query;
+          if (!visible) scores[4 * j + e] = -INFINITY;
         }
-        scores[4 * j + e] = visible ? scores[4 * j + e] * p.scale_log2 : -INFINITY;
-      }
-
+    }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float chunk_max = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < kChunk / 8; ++j) chunk_max = fmaxf(chunk_max, fmaxf(scores[4 * j + 2 * r], scores[4 * j + 2 * r + 1]));
+      for (int j = 0; j < kChunk / 8; ++j)
+        chunk_max = fmaxf(chunk_max, fmaxf(scores[4 * j + 2 * r], scores[4 * j + 2 * r + 1]));
       chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 1));
       chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 2));
-      const float new_max = fmaxf(state[r].max, chunk_max);
+      const float new_max = fmaxf(state[r].max, chunk_max * p.scale_log2);
       const float reference = SoftmaxState::finite_max(new_max);
-      const float rescale = exp2f(state[r].max - reference);
+      rescale[r] = hopper::exp2_approx(state[r].max - reference);
       state[r].max = new_max;
       float chunk_sum = 0.f;
 #pragma unroll
       for (int j = 0; j < kChunk / 8; ++j)
 #pragma unroll
         for (int e = 2 * r; e < 2 * r + 2; ++e) {
-          scores[4 * j + e] = exp2f(scores[4 * j + e] - reference);
+          scores[4 * j + e] = hopper::exp2_approx(fmaf(scores[4 * j + e], p.scale_log2, -reference));
           chunk_sum += scores[4 * j + e];
         }
-      state[r].sum = state[r].sum * rescale + chunk_sum;
-      if constexpr (kReadValues) {
-#pragma unroll
-        for (int j = 0; j < hopper::kDim / 8; ++j) {
-          out[4 * j + 2 * r] *= rescale;
-          out[4 * j + 2 * r + 1] *= rescale;
-        }
-      }
+      state[r].sum = state[r].sum * rescale[r] + chunk_sum;
     }
+  };
+  auto rescale_out = [&](const float (&rescale)[2]) {
+#pragma unroll
+    for (int j = 0; j < hopper::kDim / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) out[4 * j + e] *= rescale[e >> 1];
+  };
+  auto pack = [&](const float (&scores)[64], uint32_t (&pa)[kChunk / 16][4]) {
+#pragma unroll
+    for (int k = 0; k < kChunk / 16; ++k)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) pa[k][i] = ElementTraits<T>::pack2(scores[8 * k + 2 * i], scores[8 * k + 2 * i + 1]);
+  };
+  auto fence_fragments = [&](uint32_t (&pa)[kChunk / 16][4]) {
+#pragma unroll
+    for (int k = 0; k < kChunk / 16; ++k)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(pa[k][i])::"memory");
+  };
+  // Waits for chunk c's V stage; the pass's last stage gets its rows past
+  // the sequence zeroed (they may hold anything, and NaN times a zero
+  // probability is NaN). Both consumer warpgroups call it for every chunk.
+  auto prepare_values = [&](int c) {
+    const int s = c % kStages;
+    const int key0 = c * kChunk;
+    hopper::barrier_wait(full_values(s), (c / kStages) & 1);
+    if constexpr (kGather) {
+      hopper::fence_proxy_async();
+    } else if (key0 + kChunk > seq_len) {
+      const int first = max(seq_len - key0, 0);
+      for (int piece = consumer; piece < (kChunk - first) * 16; piece += 256) {
+        const int row = first + piece / 16, chunk = piece % 16;
+        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(
+                         value_stage(s) + hopper::swizzled(row, chunk, hopper::kHalfBytes)),
+                     "r"(0)
+                     : "memory");
+      }
+      hopper::fence_proxy_async();
+      hopper::named_barrier(3, 256);
+    }
+  };
+  // O += P V of chunk c (issued, not waited for; prepare_values(c) first).
+  auto issue_values = [&](int c, uint32_t (&pa)[kChunk / 16][4]) {
+    const int s = c % kStages;
+    fence_fragments(pa);
+    hopper::fence_registers(out);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kChunk / 16; ++k)
+      hopper::wgmma_rs<T>(out, pa[k], hopper::descriptor_mn_major(value_stage(s) + k * 16 * 128, hopper::kHalfBytes),
+                          1);
+    hopper::wgmma_commit();
+  };
+  // Ping-pong (kOverlap): the two consumer warpgroups take turns issuing
+  // their tensor-core work (named barriers 4 and 5 pass the turn), so one
+  // warpgroup's softmax runs while the other's products occupy the tensor
+  // cores instead of both doing the same thing at the same time.
+  auto turn_begin = [&] {
+    if constexpr (kOverlap) hopper::named_barrier(4 + group, 256);
+  };
+  auto turn_end = [&] {
+    if constexpr (kOverlap) hopper::named_barrier_arrive(5 - group, 256);
+  };
+  if constexpr (kOverlap) {
+    if (group == 1) hopper::named_barrier_arrive(4, 256);  // warpgroup 0 goes first
+  }
 
-    if constexpr (kReadValues) {
-      uint32_t pa[kChunk / 16][4];
-#pragma unroll
-      for (int k = 0; k < kChunk / 16; ++k) {
-        pa[k][0] = ElementTraits<T>::pack2(scores[8 * k + 0], scores[8 * k + 1]);
-        pa[k][1] = ElementTraits<T>::pack2(scores[8 * k + 2], scores[8 * k + 3]);
-        pa[k][2] = ElementTraits<T>::pack2(scores[8 * k + 4], scores[8 * k + 5]);
-        pa[k][3] = ElementTraits<T>::pack2(scores[8 * k + 6], scores[8 * k + 7]);
-      }
-      hopper::barrier_wait(full_values(s), parity);
-      if constexpr (kGather) {
-        hopper::fence_proxy_async();
-      } else if (key0 + kChunk > seq_len) {
-        // Rows past the sequence may hold anything (NaN times a zero
-        // probability is NaN): zero them before P V reads the stage.
-        const int first = max(seq_len - key0, 0);
-        for (int piece = consumer; piece < (kChunk - first) * 16; piece += 256) {
-          const int row = first + piece / 16, chunk = piece % 16;
-          asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(
-                           value_stage(s) + hopper::swizzled(row, chunk, hopper::kHalfBytes)),
-                       "r"(0)
-                       : "memory");
-        }
-        hopper::fence_proxy_async();
-        hopper::named_barrier(3, 256);
-      }
-      hopper::fence_registers(out);
-      hopper::wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < kChunk / 16; ++k)
-        hopper::wgmma_rs<T>(out, pa[k], hopper::descriptor_mn_major(value_stage(s) + k * 16 * 128, hopper::kHalfBytes),
-                            1);
-      hopper::wgmma_commit();
-      hopper::wgmma_wait_all();
-      hopper::fence_registers(out);
-      hopper::barrier_arrive(empty(s));
+  if constexpr (!kReadValues) {
+    for (int c = 0; c < n_chunks; ++c) {
+      float scores[64], rescale[2];
+      turn_begin();
+      issue_scores(c, scores);
+      turn_end();
+      hopper::wgmma_wait<0>();
+      hopper::fence_registers(scores);
+      hopper::barrier_arrive(empty_keys(c % kStages));
+      softmax(c, scores, rescale);
     }
+  } else if constexpr (!kOverlap) {
+    for (int c = 0; c < n_chunks; ++c) {
+      float scores[64], rescale[2];
+      uint32_t pa[kChunk / 16][4];
+      issue_scores(c, scores);
+      hopper::wgmma_wait<0>();
+      hopper::fence_registers(scores);
+      hopper::barrier_arrive(empty_keys(c % kStages));
+      softmax(c, scores, rescale);
+      rescale_out(rescale);
+      pack(scores, pa);
+      prepare_values(c);
+      issue_values(c, pa);
+      hopper::wgmma_wait<0>();
+      hopper::fence_registers(out);
+      fence_fragments(pa);
+      hopper::barrier_arrive(empty_values(c % kStages));
+    }
+  } else {
+    // Chunk c's Q K^T is issued together with chunk c-1's P V; its softmax
+    // runs while P V is on the tensor cores, and O is rescaled once P V is done.
+    uint32_t pa[kChunk / 16][4];
+    {
+      float scores[64], rescale[2];
+      turn_begin();
+      issue_scores(0, scores);
+      turn_end();
+      hopper::wgmma_wait<0>();
+      hopper::fence_registers(scores);
+      hopper::barrier_arrive(empty_keys(0));
+      softmax(0, scores, rescale);
+      pack(scores, pa);
+    }
+    for (int c = 1; c < n_chunks; ++c) {
+      float scores[64], rescale[2];
+      prepare_values(c - 1);
+      turn_begin();
+      issue_scores(c, scores);
+      issue_values(c - 1, pa);
+      turn_end();
+      hopper::wgmma_wait<1>();
+      hopper::fence_registers(scores);
+      hopper::barrier_arrive(empty_keys(c % kStages));
+      softmax(c, scores, rescale);
+      hopper::wgmma_wait<0>();
+      hopper::fence_registers(out);
+      fence_fragments(pa);
+      hopper::barrier_arrive(empty_values((c - 1) % kStages));
+      rescale_out(rescale);
+      pack(scores, pa);
+    }
+    prepare_values(n_chunks - 1);
+    turn_begin();
+    issue_values(n_chunks - 1, pa);
+    turn_end();
+    hopper::wgmma_wait<0>();
+    hopper::fence_registers(out);
+    fence_fragments(pa);
+    hopper::barrier_arrive(empty_values((n_chunks - 1) % kStages));
+  }
+  if constexpr (kOverlap) {
+    if (group == 0) hopper::named_barrier(4, 256);  // takes warpgroup 1's last turn hand-over
   }
 
 #pragma unroll
@@ -730,6 +830,162 @@ __global__ void __launch_bounds__(kThreads) tile_select_kernel(const TileSelectP
   }
 }
 
+// Anchor tile selection on the Hopper core (head_dim 128). Persistent blocks
+// of two warpgroups take (sequence, KV head, tile) items as
+// tile_select_kernel does, but compute S^T = K Q^T: warpgroup w's 64
+// accumulator rows are keys [64 w, 64 w + 64) of a 128-key chunk and its
+// 128 columns are the tile's query rows, so a key's pooled score
+// sum_rows 2^(s - lse_row) is a sum along one accumulator row (32 values in
+// a thread, then two shuffles) and no cross-warp reduction is needed. Key
+// chunks arrive by TMA (thread 0 issues one chunk ahead), two stages; the
+// two warpgroups take turns on the tensor cores (ping-pong).
+template <typename T>
+__global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_constant__ hopper::SelectParams params) {
+  constexpr int kStages = hopper::kSelectStages;
+  constexpr int kChunk = hopper::kChunk;
+  const TileSelectParams& p = params.p;
+  extern __shared__ __align__(128) unsigned char shared[];
+  __shared__ int work_item;
+  const uint32_t raw = shared_address(shared);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  const uint32_t query_tile = base;
+  const uint32_t stages = base + hopper::kQueryBytes;
+  const uint32_t barriers = stages + kStages * hopper::kTileBytes;
+  auto full = [&](int s) { return barriers + 8 * s; };
+  auto empty = [&](int s) { return barriers + 8 * (kStages + s); };
+  // The radix select runs after a work item's chunks are consumed: its
+  // shared state lives in the (then idle) key stages.
+  auto& select_shared = *reinterpret_cast<RadixSelectShared<256>*>(shared + (base - raw) + hopper::kQueryBytes);
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      hopper::barrier_init(full(s), 1);
+      hopper::barrier_init(empty(s), 256);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const int group = threadIdx.x >> 7, t = threadIdx.x & 127;
+  const int warp = t >> 5, lane = t & 31;
+  const int quad_row = lane >> 2, quad_col = lane & 3;
+  const int max_tiles = (p.max_seq_len + p.tile - 1) / p.tile;
+  const int items = max_tiles * p.batch * p.n_kv_heads;
+  float* slot = p.slots + int64_t(blockIdx.x) * p.max_seq_len;
+  uint32_t issued = 0, consumed = 0;  // chunks through the pipeline so far (issued: thread 0's count)
+  // The warpgroups take turns issuing their products (named barriers 4, 5);
+  // warpgroup 0 goes first and, at the end, takes warpgroup 1's last hand-over.
+  if (group == 1) hopper::named_barrier_arrive(4, 256);
+
+  while (true) {
+    if (threadIdx.x == 0) work_item = atomicAdd(p.work_counter, 1);
+    __syncthreads();
+    const int item = work_item;
+    __syncthreads();
+    if (item >= items) {
+      if (group == 0) hopper::named_barrier(4, 256);
+      return;
+    }
+    const int tile_index = max_tiles - 1 - item / (p.batch * p.n_kv_heads);
+    const int b = (item % (p.batch * p.n_kv_heads)) / p.n_kv_heads;
+    const int kv_head = item % p.n_kv_heads;
+    const int seq_len = p.seq_lens[b];
+    const int s = tile_index * p.tile;
+    if (s >= seq_len || s == 0) continue;
+    const int k = static_cast<int>(p.tile_offsets[tile_index + 1] - p.tile_offsets[tile_index]);
+    int* out = p.indices + (int64_t(b) * p.n_kv_heads + kv_head) * p.per_head + p.tile_offsets[tile_index];
+    if (k >= s) {  // dense tile: every earlier key
+      for (int i = threadIdx.x; i < s; i += 256) out[i] = i;
+      continue;
+    }
+    const int block_queries = min(p.tile, seq_len - s);
+    const int n_chunks = (s + kChunk - 1) / kChunk;
+    const int row_blocks = (block_queries * p.group + kBlockRows - 1) / kBlockRows;
+    const int key_row0 = (b * p.n_kv_heads + kv_head) * params.capacity;
+    auto issue = [&](int c) {
+      const int stage = issued % kStages;
+      if (issued >= kStages) hopper::barrier_wait(empty(stage), ((issued / kStages) + 1) & 1);
+      ++issued;
+      const uint32_t destination = stages + stage * hopper::kTileBytes;
+      hopper::barrier_expect_bytes(full(stage), hopper::kTileBytes);
+      hopper::tma_load_2d(destination, &params.keys_map, 0, key_row0 + c * kChunk, full(stage));
+      hopper::tma_load_2d(destination + hopper::kHalfBytes, &params.keys_map, 64, key_row0 + c * kChunk, full(stage));
+    };
+
+    for (int row_block = 0; row_block < row_blocks; ++row_block) {
+      const int row_base = row_block * kBlockRows;
+      __syncthreads();  // every wgmma of the previous row block has read the query tile
+      for (int piece = threadIdx.x; piece < kBlockRows * 16; piece += 256) {
+        const int row = piece / 16, chunk = piece % 16;
+        const RowInfo info = row_info(row_base + row, s, block_queries, p.group, kv_head, seq_len);
+        const bool valid = info.query >= 0;
+        const T* source = static_cast<const T*>(p.queries);
+        if (valid)
+          source += ((int64_t(b) * p.max_seq_len + info.query) * p.n_heads + info.head) * hopper::kDim + chunk * 8;
+        cp_async_16(query_tile + hopper::swizzled(row, chunk, hopper::kQueryHalfBytes), source, valid);
+      }
+      cp_async_commit();
+      if (threadIdx.x == 0) issue(0);
+      // LSE (log2 units) of the 32 query rows (accumulator columns) this thread holds;
+      // padding rows get +inf, so their probabilities are 0.
+      float column_lse[32];
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const RowInfo info = row_info(row_base + 8 * j + 2 * quad_col + e, s, block_queries, p.group, kv_head, seq_len);
+          column_lse[2 * j + e] =
+              info.query >= 0 ? p.lse[(int64_t(b) * p.n_heads + info.head) * p.max_seq_len + info.query] * kLog2e
+                              : INFINITY;
+        }
+      cp_async_wait<0>();
+      hopper::fence_proxy_async();
+      __syncthreads();
+
+      for (int c = 0; c < n_chunks; ++c) {
+        if (threadIdx.x == 0 && c + 1 < n_chunks) issue(c + 1);
+        const int stage = consumed % kStages;
+        const uint32_t parity = (consumed / kStages) & 1;
+        ++consumed;
+        hopper::barrier_wait(full(stage), parity);
+        const uint32_t key_rows = stages + stage * hopper::kTileBytes + 64 * group * 128;
+        float scores[64];
+        hopper::named_barrier(4 + group, 256);  // ping-pong: this warpgroup's turn on the tensor cores
+        hopper::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < hopper::kDim / 16; ++kk) {
+          const uint32_t key_column = (kk >> 2) * hopper::kHalfBytes + (kk & 3) * 32;
+          const uint32_t query_column = (kk >> 2) * hopper::kQueryHalfBytes + (kk & 3) * 32;
+          hopper::wgmma_ss<T>(scores, hopper::descriptor_k_major(key_rows + key_column),
+                              hopper::descriptor_k_major(query_tile + query_column), kk > 0);
+        }
+        hopper::wgmma_commit();
+        hopper::named_barrier_arrive(5 - group, 256);  // the other warpgroup's turn
+        hopper::wgmma_wait<0>();
+        hopper::fence_registers(scores);
+        hopper::barrier_arrive(empty(stage));
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float total = 0.f;
+#pragma unroll
+          for (int j = 0; j < 16; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              total += hopper::exp2_approx(fmaf(scores[4 * j + 2 * r + e], p.scale_log2, -column_lse[2 * j + e]));
+          total += __shfl_xor_sync(0xffffffffu, total, 1);
+          total += __shfl_xor_sync(0xffffffffu, total, 2);
+          const int key = c * kChunk + 64 * group + 16 * warp + quad_row + 8 * r;
+          if (quad_col == 0 && key < s) slot[key] = row_block == 0 ? total : slot[key] + total;
+        }
+      }
+    }
+    __syncthreads();  // the slot is complete; the key stages are idle
+    select_top_k_block<256>(slot, s, k, out, select_shared);
+    hopper::fence_proxy_async();  // generic writes to the stages before the next TMA writes
+    __syncthreads();
+  }
+}
+
 // A kernel instance with its shared-memory size and occupancy, configured
 // once (the dynamic shared-memory limit is raised on first use).
 struct KernelInfo {
@@ -828,23 +1084,38 @@ CUtensorMap kv_tensor_map(const void* data, DType dtype, int64_t rows) {
   return map;
 }
 
-template <typename T, PrefillKeys kKeys, PrefillMode kMode>
+template <typename T, PrefillKeys kKeys, PrefillMode kMode, bool kOverlap>
 const KernelInfo& wgmma_kernel_info() {
   static const KernelInfo info =
-      configure(reinterpret_cast<const void*>(&wgmma_prefill_kernel<T, kKeys, kMode>),
+      configure(reinterpret_cast<const void*>(&wgmma_prefill_kernel<T, kKeys, kMode, kOverlap>),
                 hopper::Config<kMode == PrefillMode::Attend>::kSharedBytes, hopper::kThreads,
                 "configure wgmma_prefill_kernel");
   return info;
 }
 
+// Attending passes overlap chunk c's Q K^T and softmax with chunk c-1's P V
+// unless KASCADE_WGMMA_OVERLAP=0 (A/B runs).
+bool overlap_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("KASCADE_WGMMA_OVERLAP");
+    return value == nullptr || std::string_view(value) != "0";
+  }();
+  return enabled;
+}
+
 template <typename T>
 const KernelInfo& wgmma_kernel_for_type(PrefillKeys keys, PrefillMode mode) {
+  const bool overlap = overlap_enabled();
   if (keys == PrefillKeys::Selected) {
     if (mode != PrefillMode::Attend) unsupported("prefill mode (LSE of a selected-key pass)", int(mode));
-    return wgmma_kernel_info<T, PrefillKeys::Selected, PrefillMode::Attend>();
+    return overlap ? wgmma_kernel_info<T, PrefillKeys::Selected, PrefillMode::Attend, true>()
+                   : wgmma_kernel_info<T, PrefillKeys::Selected, PrefillMode::Attend, false>();
   }
-  return mode == PrefillMode::LseOnly ? wgmma_kernel_info<T, PrefillKeys::Causal, PrefillMode::LseOnly>()
-                                      : wgmma_kernel_info<T, PrefillKeys::Causal, PrefillMode::Attend>();
+  if (mode == PrefillMode::LseOnly)
+    return overlap ? wgmma_kernel_info<T, PrefillKeys::Causal, PrefillMode::LseOnly, true>()
+                   : wgmma_kernel_info<T, PrefillKeys::Causal, PrefillMode::LseOnly, false>();
+  return overlap ? wgmma_kernel_info<T, PrefillKeys::Causal, PrefillMode::Attend, true>()
+                 : wgmma_kernel_info<T, PrefillKeys::Causal, PrefillMode::Attend, false>();
 }
 
 void launch_wgmma_prefill(const PrefillParams& params, DType dtype, int head_dim, PrefillKeys keys, PrefillMode mode,
@@ -887,7 +1158,18 @@ const KernelInfo& tile_select_kernel_for_type(int head_dim) {
   unsupported("head_dim", head_dim);
 }
 
+template <typename T>
+const KernelInfo& wgmma_tile_select_kernel_info() {
+  static const KernelInfo info = configure(reinterpret_cast<const void*>(&wgmma_tile_select_kernel<T>),
+                                           hopper::kSelectSharedBytes, 256, "configure wgmma_tile_select_kernel");
+  return info;
+}
+
+// head_dim 128 selects on the Hopper core, other head dims on mma.sync.
 const KernelInfo& tile_select_kernel_for(DType dtype, int head_dim) {
+  if (use_hopper_core(head_dim))
+    return dtype == DType::F16 ? wgmma_tile_select_kernel_info<__half>()
+                               : wgmma_tile_select_kernel_info<__nv_bfloat16>();
   return dtype == DType::F16 ? tile_select_kernel_for_type<__half>(head_dim)
                              : tile_select_kernel_for_type<__nv_bfloat16>(head_dim);
 }
@@ -914,6 +1196,18 @@ int tile_select_blocks_per_sm(DType dtype, int head_dim) { return tile_select_ke
 void launch_tile_select(const TileSelectParams& params, DType dtype, int head_dim, int n_blocks, cudaStream_t stream) {
   const KernelInfo& info = tile_select_kernel_for(dtype, head_dim);
   check_cuda(cudaMemsetAsync(params.work_counter, 0, sizeof(int), stream), "cudaMemsetAsync(work counter)");
+  if (use_hopper_core(head_dim)) {
+    hopper::SelectParams hp;
+    hp.p = params;
+    hp.capacity = static_cast<int>(params.kv_head_stride / head_dim);
+    const int64_t rows = int64_t(params.batch) * params.n_kv_heads * hp.capacity;
+    if (rows >= (int64_t(1) << 31)) unsupported("KV rows for the tensor map", rows);
+    hp.keys_map = kv_tensor_map(params.keys, dtype, rows);
+    void* arguments[] = {&hp};
+    check_cuda(cudaLaunchKernel(info.kernel, dim3(n_blocks), dim3(info.threads), arguments, info.shared_bytes, stream),
+               "launch wgmma_tile_select_kernel");
+    return;
+  }
   void* arguments[] = {const_cast<TileSelectParams*>(&params)};
   check_cuda(cudaLaunchKernel(info.kernel, dim3(n_blocks), dim3(kThreads), arguments, info.shared_bytes, stream),
              "launch tile_select_kernel");

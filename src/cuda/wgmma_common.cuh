@@ -40,11 +40,11 @@ constexpr int kQueryBytes = 2 * kQueryHalfBytes;
 
 template <bool kReadValues>
 struct Config {
-  static constexpr int kStages = kReadValues ? 2 : 4;
+  static constexpr int kStages = kReadValues ? 3 : 4;
   static constexpr int kStageBytes = kTileBytes * (kReadValues ? 2 : 1);
   static constexpr int kBarrierOffset = kQueryBytes + kStages * kStageBytes;
   // + barriers, + 1 KB to align the tiles to the 1024-byte swizzle atom.
-  static constexpr int kSharedBytes = kBarrierOffset + 3 * kStages * 8 + 1024;
+  static constexpr int kSharedBytes = kBarrierOffset + 4 * kStages * 8 + 1024;
 };
 
 // Kernel parameters: the generic prefill parameters plus the K/V tensor maps
@@ -56,6 +56,25 @@ struct Params {
   PrefillParams p;
   int capacity = 0;
 };
+
+// The anchor's tile selection: query tile + two key stages (the radix
+// select's shared state reuses the stages), two blocks per multiprocessor.
+constexpr int kSelectStages = 2;
+constexpr int kSelectSharedBytes = kQueryBytes + kSelectStages * kTileBytes + 2 * kSelectStages * 8 + 1024;
+
+struct SelectParams {
+  CUtensorMap keys_map;
+  TileSelectParams p;
+  int capacity = 0;
+};
+
+// 2^x in one MUFU instruction (denormal results flush to zero: probabilities
+// below 2^-126 of the row maximum, far under fp16/bf16 resolution).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
 
 __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int half_bytes) {
   return static_cast<uint32_t>((chunk >> 3) * half_bytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
@@ -74,7 +93,10 @@ __device__ __forceinline__ uint64_t descriptor_mn_major(uint32_t address, uint32
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
 // Keeps the compiler from moving accumulator reads/writes across the async window.
 __device__ __forceinline__ void fence_registers(float (&d)[64]) {
 #pragma unroll
@@ -186,6 +208,9 @@ __device__ __forceinline__ void barrier_wait(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 __device__ __forceinline__ void tma_load_2d(uint32_t destination, const CUtensorMap* map, int x, int y, uint32_t bar) {
   asm volatile(
