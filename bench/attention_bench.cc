@@ -8,7 +8,7 @@
 //
 //   attention_bench [--contexts 2048,4096,8192] [--percent 10] [--threads 2]
 //                   [--repeats 3] [--decode-steps 20] [--chunk 512] [--kv f16|f32]
-//                   [--clock wall|cpu]
+//                   [--clock wall|cpu] [--phases prefill,decode]
 #include <omp.h>
 
 #include <algorithm>
@@ -25,7 +25,7 @@
 
 #include "attention/strategies.h"
 #include "core/error.h"
-#include "core/half.h"
+#include "model/kv_cache.h"
 
 namespace {
 
@@ -34,36 +34,22 @@ using namespace kascade::attention;
 
 const Shape kShape{30, 9, 3, 64};
 
-// Every layer's cache, filled with random keys and values.
+// Every layer's cache (the engine's KV cache), filled with random keys and values.
 struct Caches {
-  KvType type;
-  int64_t capacity;
-  std::vector<std::vector<float>> keys32, values32;
-  std::vector<std::vector<uint16_t>> keys16, values16;
+  model::KvCache cache;
 
-  Caches(KvType kv_type, int64_t n, uint64_t seed) : type(kv_type), capacity(n) {
+  Caches(KvType type, int64_t n, uint64_t seed)
+      : cache(kShape.n_layers, kShape.n_kv_heads, kShape.head_dim, n, type) {
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> normal;
-    const size_t size = size_t(kShape.n_kv_heads * n * kShape.head_dim);
+    std::vector<float> keys(size_t(n * kShape.n_kv_heads * kShape.head_dim)), values(keys.size());
     for (int l = 0; l < kShape.n_layers; ++l) {
-      std::vector<float> k(size), v(size);
-      for (size_t i = 0; i < size; ++i) k[i] = normal(rng), v[i] = normal(rng);
-      if (type == KvType::F16) {
-        std::vector<uint16_t> k16(size), v16(size);
-        for (size_t i = 0; i < size; ++i) k16[i] = fp32_to_fp16(k[i]), v16[i] = fp32_to_fp16(v[i]);
-        keys16.push_back(std::move(k16));
-        values16.push_back(std::move(v16));
-      } else {
-        keys32.push_back(std::move(k));
-        values32.push_back(std::move(v));
-      }
+      for (size_t i = 0; i < keys.size(); ++i) keys[i] = normal(rng), values[i] = normal(rng);
+      cache.write(l, 0, n, keys.data(), values.data());
     }
   }
 
-  LayerCache layer(int l) const {
-    if (type == KvType::F16) return {type, keys16[l].data(), values16[l].data(), capacity};
-    return {type, keys32[l].data(), values32[l].data(), capacity};
-  }
+  LayerCache layer(int l) const { return cache.layer(l); }
 };
 
 enum LayerType { kDense, kLayer0, kAnchor, kReuse, kTypes };
@@ -189,12 +175,16 @@ int main(int argc, char** argv) {
   int threads = 2, repeats = 3, decode_steps = 20;
   int64_t chunk = 512;
   std::string kv = "f16", clock = "wall";
+  std::vector<std::string> phases{"prefill", "decode"};
   app.add_option("--contexts", contexts, "context lengths")->delimiter(',');
   app.add_option("--percent", percent, "Kascade budget p");
   app.add_option("--threads", threads, "OpenMP threads");
   app.add_option("--repeats", repeats, "prefill runs (median)");
   app.add_option("--decode-steps", decode_steps, "decode steps (median)");
   app.add_option("--chunk", chunk, "prefill chunk (a multiple of the tile)");
+  app.add_option("--phases", phases, "which phases to time")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"prefill", "decode"}));
   app.add_option("--kv", kv, "cache type")->check(CLI::IsMember({"f16", "f32"}));
   app.add_option("--clock", clock, "wall, or cpu (process CPU time)")
       ->check(CLI::IsMember({"wall", "cpu"}));
@@ -234,6 +224,8 @@ int main(int argc, char** argv) {
       for (float& x : queries) x = 2 * normal(rng);
       for (Phase phase : {Phase::Prefill, Phase::Decode}) {
         const bool pre = phase == Phase::Prefill;
+        if (std::find(phases.begin(), phases.end(), pre ? "prefill" : "decode") == phases.end())
+          continue;
         const int runs = pre ? repeats : decode_steps;
         auto run = [&](Strategy& s, const std::vector<LayerType>& types) {
           return measure(runs, [&] {

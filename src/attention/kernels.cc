@@ -301,10 +301,8 @@ static void pv_direct_pass(const float* const (&p)[3], Rows<T> values, const Key
   __m256 f0 = zero, f1 = zero, g0 = zero, g1 = zero, h0 = zero, h1 = zero;  // odd keys
   auto accumulate = [&](int64_t i, __m256& r0, __m256& r1, __m256& s0, __m256& s1, __m256& t0,
                         __m256& t1) {
-    if constexpr (kGather) {
-      if (c0 == 0 && i + kPrefetchDistance < list.count)
-        prefetch_row(values.row(list.indices[i + kPrefetchDistance]), d);
-    }
+    if (c0 == 0 && i + kPrefetchDistance < list.count)
+      prefetch_row(list_row<T, kGather>(values, list, i + kPrefetchDistance), d);
     const T* row = list_row<T, kGather>(values, list, i) + c0;
     __m256 x = load8(row);
     r0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p[0] + i), x, r0);
@@ -386,11 +384,9 @@ static void dot_block(const float* const (&q)[3], int d, Rows<T> keys, const Key
   // those results, so every key's dot product has the same rounding.
   for (int64_t i = 0; i < list.count; i += 4) {
     const int64_t valid = std::min<int64_t>(4, list.count - i);
-    if constexpr (kGather) {
-      for (int u = 0; u < 4; ++u)
-        if (i + u + kPrefetchDistance < list.count)
-          prefetch_row(keys.row(list.indices[i + u + kPrefetchDistance]), d);
-    }
+    for (int u = 0; u < 4; ++u)
+      if (i + u + kPrefetchDistance < list.count)
+        prefetch_row(list_row<T, kGather>(keys, list, i + u + kPrefetchDistance), d);
     const T* k0 = list_row<T, kGather>(keys, list, i);
     const T* k1 = list_row<T, kGather>(keys, list, i + std::min<int64_t>(1, valid - 1));
     const T* k2 = list_row<T, kGather>(keys, list, i + std::min<int64_t>(2, valid - 1));

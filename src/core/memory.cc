@@ -1,7 +1,10 @@
 // Reads the kernel's memory counters for this process.
 #include "core/memory.h"
 
+#include <sys/mman.h>
+
 #include <charconv>
+#include <utility>
 #include <fstream>
 #include <sstream>
 
@@ -22,6 +25,30 @@ uint64_t read_status_field_bytes(std::string_view field) {
 }
 
 }  // namespace
+
+LargePageBuffer::LargePageBuffer(size_t bytes) : size_(bytes) {
+  if (bytes == 0) return;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) fail("cannot allocate {}", format_bytes(bytes));
+  madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without it the buffer still works
+  data_ = static_cast<uint8_t*>(p);
+}
+
+LargePageBuffer::~LargePageBuffer() {
+  if (data_) munmap(data_, size_);
+}
+
+LargePageBuffer::LargePageBuffer(LargePageBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+LargePageBuffer& LargePageBuffer::operator=(LargePageBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_) munmap(data_, size_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
 
 uint64_t parse_status_field_bytes(std::string_view status_text, std::string_view field) {
   size_t line_start = 0;

@@ -26,20 +26,10 @@ KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, int64_t capacity, a
       capacity_(capacity),
       type_(type),
       element_bytes_(type == attention::KvType::F16 ? 2 : 4),
-      keys_(size_t(n_layers)),
-      values_(size_t(n_layers)) {
-  const size_t layer_bytes = size_t(n_kv_heads) * size_t(capacity) * size_t(head_dim) * element_bytes_;
-  for (int l = 0; l < n_layers; ++l) {
-    keys_[size_t(l)].resize(layer_bytes);
-    values_[size_t(l)].resize(layer_bytes);
-  }
-}
+      layer_bytes_(size_t(n_kv_heads) * size_t(capacity) * size_t(head_dim) * element_bytes_),
+      storage_(2 * size_t(n_layers) * layer_bytes_) {}
 
-uint64_t KvCache::bytes() const {
-  uint64_t total = 0;
-  for (size_t l = 0; l < keys_.size(); ++l) total += keys_[l].size() + values_[l].size();
-  return total;
-}
+uint64_t KvCache::bytes() const { return storage_.size(); }
 
 void KvCache::write(int layer, int64_t first_position, int64_t n, const float* keys, const float* values) {
   if (first_position + n > capacity_)
@@ -49,8 +39,8 @@ void KvCache::write(int layer, int64_t first_position, int64_t n, const float* k
       const size_t element = (size_t(h) * size_t(capacity_) + size_t(first_position + t)) * size_t(head_dim_);
       const float* key = keys + (t * n_kv_heads_ + h) * head_dim_;
       const float* value = values + (t * n_kv_heads_ + h) * head_dim_;
-      uint8_t* key_dst = keys_[size_t(layer)].data() + element * element_bytes_;
-      uint8_t* value_dst = values_[size_t(layer)].data() + element * element_bytes_;
+      uint8_t* key_dst = layer_keys(layer) + element * element_bytes_;
+      uint8_t* value_dst = key_dst + layer_bytes_;
       if (type_ == attention::KvType::F16) {
         store_f16(reinterpret_cast<uint16_t*>(key_dst), key, head_dim_);
         store_f16(reinterpret_cast<uint16_t*>(value_dst), value, head_dim_);
@@ -63,7 +53,7 @@ void KvCache::write(int layer, int64_t first_position, int64_t n, const float* k
 }
 
 attention::LayerCache KvCache::layer(int layer) const {
-  return {type_, keys_[size_t(layer)].data(), values_[size_t(layer)].data(), capacity_};
+  return {type_, layer_keys(layer), layer_keys(layer) + layer_bytes_, capacity_};
 }
 
 }  // namespace kascade::model

@@ -4,9 +4,9 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "attention/attention.h"
+#include "core/memory.h"
 
 namespace kascade::model {
 
@@ -24,12 +24,15 @@ class KvCache {
   attention::LayerCache layer(int layer) const;
 
  private:
+  uint8_t* layer_keys(int layer) const { return storage_.data() + 2 * size_t(layer) * layer_bytes_; }
+
   int n_kv_heads_ = 0;
   int head_dim_ = 0;
   int64_t capacity_ = 0;
   attention::KvType type_ = attention::KvType::F16;
   size_t element_bytes_ = 2;
-  std::vector<std::vector<uint8_t>> keys_, values_;  // one buffer per layer
+  size_t layer_bytes_ = 0;  // of keys (or values) of one layer
+  LargePageBuffer storage_;  // per layer: keys, then values
 };
 
 }  // namespace kascade::model
