@@ -1,7 +1,13 @@
-// Prefill kernels on tensor cores (mma.sync m16n8k16, flash-attention
-// style): dense causal attention, attention over a tile's selected keys plus
-// its own keys (anchor and reuse layers), the per-row LSE pass of an anchor,
-// and the anchor's streaming pooled-score selection.
+// Prefill kernels on tensor cores (flash-attention style): dense causal
+// attention, attention over a tile's selected keys plus its own keys (anchor
+// and reuse layers), the per-row LSE pass of an anchor, and the anchor's
+// streaming pooled-score selection.
+//
+// Two cores: head_dim 128 runs every one of these passes on the Hopper core
+// (wgmma + TMA, warp-specialised; wgmma_prefill_kernel and
+// wgmma_tile_select_kernel below, layouts in wgmma_common.cuh). head_dim 64
+// and 256 (and head_dim 128 with KASCADE_PREFILL_CORE=mma) use the mma.sync
+// m16n8k16 core (prefill_attention_kernel, tile_select_kernel), described next.
 //
 // A block holds 128 rows of one KV head: row r is query q0 + r / g of head
 // r % g, so the g heads of a group share every K/V chunk loaded into shared
