@@ -348,20 +348,25 @@ int main(int argc, char** argv) {
   Timer timer;
   const kc::Budget budget;  // 10%, min 128 keys
   try {
+    // KASCADE_BENCH_N=32768 (say) limits every section to that length, fp16
+    // only; KASCADE_BENCH_B=64 limits decode to that batch (A/B runs).
+    const char* only = std::getenv("KASCADE_BENCH_N");
+    const int only_n = only ? std::atoi(only) : 0;
+    const char* only_batch_text = std::getenv("KASCADE_BENCH_B");
+    const int only_batch = only_batch_text ? std::atoi(only_batch_text) : 0;
     if (what == "all" || what == "decode") {
       for (bool bf16 : {false, true})
         for (int batch : {64, 8, 1})
           for (int n : {8192, 32768, 65536, 131072})
-            bench_decode(Shape{bf16, batch, 32, 8, 128, n}, budget, timer, 20, batch == 64);
-      for (int n : {8192, 32768}) bench_decode(Shape{false, 64, 9, 3, 64, n}, budget, timer, 20, false);
+            if ((only_n == 0 || (n == only_n && !bf16)) && (only_batch == 0 || batch == only_batch))
+              bench_decode(Shape{bf16, batch, 32, 8, 128, n}, budget, timer, 20, batch == 64 && only_n == 0);
+      if (only_n == 0 && only_batch == 0)
+        for (int n : {8192, 32768}) bench_decode(Shape{false, 64, 9, 3, 64, n}, budget, timer, 20, false);
     }
     if (what == "profile") {
       for (int n : {32768, 131072}) bench_decode(Shape{false, 64, 32, 8, 128, n}, budget, timer, 1, false);
     }
     if (what == "all" || what == "prefill") {
-      // KASCADE_BENCH_N=32768 (say) limits prefill to that length, fp16 only (bring-up runs).
-      const char* only = std::getenv("KASCADE_BENCH_N");
-      const int only_n = only ? std::atoi(only) : 0;
       for (bool bf16 : {false, true})
         for (int n : {8192, 32768, 65536, 131072})
           if (only_n == 0 || (n == only_n && !bf16))

@@ -3,6 +3,8 @@
 // the kernels that make up an anchor or reuse layer.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 #include "cuda/kascade_cuda.h"
@@ -25,7 +27,45 @@ namespace {
 
 constexpr int kMaxHeadsPerDecodeBlock = 16;  // rows of one m16n8k16 tile
 constexpr int kPrefillBlockRows = 128;
-constexpr int kMinKeysPerSplit = 128;
+// Smallest key range of a split: dense passes (dense attention, the
+// anchor's score pass) 256 keys, so that batch 1 does not run 64 splits of
+// 128 keys (two-warp blocks: four chunks per warp, then a 64-way merge);
+// sparse passes 128 (run 13: 256 made batch-1 reuse slower).
+constexpr int kMinKeysPerDenseSplit = 256;
+constexpr int kMinKeysPerSparseSplit = 128;
+
+// A/B switches for device runs, read once: KASCADE_SCORE_LAYOUT=rows keeps
+// the anchor's raw scores one row per head (the layout before run 13), =keys
+// forces key-major; KASCADE_MIN_SPLIT_KEYS overrides the dense split floor.
+int score_layout_override() {  // 0: by batch, 1: rows, 2: keys
+  static const int layout = [] {
+    const char* value = std::getenv("KASCADE_SCORE_LAYOUT");
+    if (value && std::string(value) == "rows") return 1;
+    if (value && std::string(value) == "keys") return 2;
+    return 0;
+  }();
+  return layout;
+}
+
+// Key-major scores from this many (sequence, KV head) rows up, and only for
+// groups of a multiple of 4 heads (no padded record slots). Run 14: at batch
+// 64 (512 rows) key-major anchors are 1-2 % faster; at batch 1 and 8 (8 and 64
+// rows, a pooled selection of few blocks) the row layout is 5-18 % faster.
+constexpr int64_t kKeyMajorMinSets = 256;
+
+bool key_major_scores(int64_t sets, int group) {
+  const int layout = score_layout_override();
+  return layout == 2 || (layout == 0 && sets >= kKeyMajorMinSets && group % 4 == 0);
+}
+
+int min_dense_split_keys() {
+  static const int keys = [] {
+    const char* value = std::getenv("KASCADE_MIN_SPLIT_KEYS");
+    const int parsed = value ? std::atoi(value) : 0;
+    return parsed > 0 ? parsed : kMinKeysPerDenseSplit;
+  }();
+  return keys;
+}
 
 float scale_log2(int head_dim) { return float(1.4426950408889634 / std::sqrt(double(head_dim))); }
 
@@ -89,13 +129,14 @@ detail::DecodeParams decode_params(const AttentionArgs& args) {
 }
 
 // As many key splits as fit the blocks in one wave over every multiprocessor
-// (a partial second wave would cost a whole one), never fewer than
-// kMinKeysPerSplit keys per split.
+// (a partial second wave would cost a whole one), never fewer than the
+// split floor (dense or sparse, above) keys per split.
 int plan_splits(const detail::DecodeParams& p, int64_t max_keys, int blocks_per_sm) {
   const int64_t blocks = int64_t(p.batch) * p.n_kv_heads * p.head_blocks;
   const int64_t target = int64_t(detail::multiprocessor_count()) * blocks_per_sm;
   const int64_t wanted = target / blocks;
-  const int64_t most = std::max<int64_t>(1, (max_keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
+  const int64_t min_keys = p.indices ? kMinKeysPerSparseSplit : min_dense_split_keys();
+  const int64_t most = std::max<int64_t>(1, (max_keys + min_keys - 1) / min_keys);
   return static_cast<int>(std::clamp<int64_t>(wanted, 1, most));
 }
 
@@ -213,7 +254,9 @@ void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_o
     carve_partials(carver, sparse, args.head_dim);
     scoring.lse = carver.take<float>(rows);
     scoring.score_stride = (int64_t(args.max_seq_len) + 3) / 4 * 4;  // rows are read as float4
-    scoring.scores = carver.take<float>(rows * scoring.score_stride);
+    scoring.score_record = key_major_scores(sets, scoring.group) ? (scoring.group + 3) / 4 * 4 : 0;
+    scoring.scores = carver.take<float>(scoring.score_record > 0 ? sets * scoring.score_stride * scoring.score_record
+                                                                 : rows * scoring.score_stride);
     scoring.score_bounds = carver.take<float>(rows * scoring.splits * 2);
     pooled = carver.take<float>(sets * scoring.score_stride);
     above = carver.take<int2>(sets * selection.max_keys);
@@ -228,6 +271,7 @@ void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_o
   detail::PooledSelectParams select;
   select.scores = scoring.scores;
   select.score_stride = scoring.score_stride;
+  select.score_record = scoring.score_record;
   select.score_bounds = scoring.score_bounds;
   select.splits = scoring.splits;
   select.lse = scoring.lse;

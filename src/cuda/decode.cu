@@ -188,9 +188,21 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
 
     if constexpr (kMode != DecodeMode::Attend) {
       // Raw scores of the real rows; dense modes only (the key is the position).
-      // Lane pairs swap halves so that each lane holds four consecutive keys
-      // of one row (even lanes row quad_row, odd lanes row quad_row + 8) and
-      // stores them at once: a full 32-byte sector per row and instruction.
+      if (p.score_record > 0) {
+        // Key-major: the block's rows of key j sit side by side at record j
+        // of its KV head, so the block writes one sequential stream (the 16
+        // keys of a chunk are 16 consecutive records).
+        float* records = p.scores + (int64_t(b) * p.n_kv_heads + kv_head) * p.score_stride * p.score_record +
+                         first_in_group;
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = quad_row + 8 * (e >> 1);
+            const int key = key0 + 8 * j + 2 * quad_col + (e & 1);
+            if (row < n_rows && key < end) records[int64_t(key) * p.score_record + row] = s[j][e];
+          }
+      }
       const bool odd = quad_col & 1;
       const int row = quad_row + (odd ? 8 : 0);
       float* score_row = p.scores + (int64_t(b) * p.n_heads + head0 + row) * p.score_stride;
@@ -200,7 +212,7 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
         const float y = __shfl_xor_sync(0xffffffffu, odd ? s[j][1] : s[j][3], 1);
         const float four[4] = {odd ? x : s[j][0], odd ? y : s[j][1], odd ? s[j][2] : x, odd ? s[j][3] : y};
         const int key = key0 + 8 * j + 2 * (quad_col & ~1);
-        if (row < n_rows) {
+        if (row < n_rows && p.score_record == 0) {
           if (key + 3 < end) {
             *reinterpret_cast<float4*>(score_row + key) = make_float4(four[0], four[1], four[2], four[3]);
           } else {
@@ -336,22 +348,62 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
   }
 }
 
-// One block per (sequence, query head): folds the split partials.
+// One block per (sequence, query head): folds the split partials. The split
+// weights 2^(lse_s - max) are computed once into shared memory (the block
+// reduces the maximum and the total first), then every dimension thread sums
+// its column with independent, unrolled loads: at small batch there are up
+// to several hundred splits per row and few rows, so a serial
+// weight-and-load loop per thread was latency-bound.
+constexpr int kMergeThreads = 128;
+
 template <typename T, int kHeadDim, bool kWithOutput>
-__global__ void __launch_bounds__(128) decode_merge_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeParams p) {
+  extern __shared__ float split_weights[];  // [splits]
+  __shared__ float warp_values[kMergeThreads / 32];
   const int64_t head_row = blockIdx.x;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const float* lses = p.partial_lse + head_row * p.splits;
+  float local_max = -INFINITY;
+  for (int s = tid; s < p.splits; s += kMergeThreads) {
+    const float lse = lses[s];
+    split_weights[s] = lse;
+    local_max = fmaxf(local_max, lse);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+    local_max = fmaxf(local_max, __shfl_xor_sync(0xffffffffu, local_max, offset));
+  if (lane == 0) warp_values[warp] = local_max;
+  __syncthreads();
   PartialMerge merge;
-  for (int s = 0; s < p.splits; ++s) merge.max_lse = fmaxf(merge.max_lse, lses[s]);
+#pragma unroll
+  for (int w = 0; w < kMergeThreads / 32; ++w) merge.max_lse = fmaxf(merge.max_lse, warp_values[w]);
+  __syncthreads();  // warp_values is reused for the total
+  float local_total = 0.f;
+  for (int s = tid; s < p.splits; s += kMergeThreads) {
+    const float weight = merge.weight(split_weights[s]);
+    split_weights[s] = weight;
+    local_total += weight;
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) local_total += __shfl_xor_sync(0xffffffffu, local_total, offset);
+  if (lane == 0) warp_values[warp] = local_total;
+  __syncthreads();
   float total = 0.f;
-  for (int s = 0; s < p.splits; ++s) total += merge.weight(lses[s]);
-  if (threadIdx.x == 0 && p.lse) p.lse[head_row] = (SoftmaxState::finite_max(merge.max_lse) + __log2f(total)) * kLn2;
+#pragma unroll
+  for (int w = 0; w < kMergeThreads / 32; ++w) total += warp_values[w];
+  if (tid == 0 && p.lse) p.lse[head_row] = (SoftmaxState::finite_max(merge.max_lse) + __log2f(total)) * kLn2;
   if constexpr (kWithOutput) {
-    for (int dim = threadIdx.x; dim < kHeadDim; dim += blockDim.x) {
-      float value = 0.f;
-      for (int s = 0; s < p.splits; ++s)
-        value += merge.weight(lses[s]) * p.partial_out[(head_row * p.splits + s) * kHeadDim + dim];
-      static_cast<T*>(p.output)[head_row * kHeadDim + dim] = ElementTraits<T>::from_float(value / total);
+    const float* partials = p.partial_out + head_row * p.splits * kHeadDim;
+    for (int dim = tid; dim < kHeadDim; dim += kMergeThreads) {
+      float value[4] = {0.f, 0.f, 0.f, 0.f};
+      int s = 0;
+      for (; s + 4 <= p.splits; s += 4) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) value[u] += split_weights[s + u] * partials[(s + u) * kHeadDim + dim];
+      }
+      for (; s < p.splits; ++s) value[0] += split_weights[s] * partials[s * kHeadDim + dim];
+      const float sum = (value[0] + value[1]) + (value[2] + value[3]);
+      static_cast<T*>(p.output)[head_row * kHeadDim + dim] = ElementTraits<T>::from_float(sum / total);
     }
   }
 }
@@ -453,6 +505,41 @@ __global__ void __launch_bounds__(kPooledThreads, 4) pooled_select_decode_kernel
   const float* scores = p.scores + head_row0 * p.score_stride;
   float* pooled = p.pooled + set_row * p.score_stride;
   constexpr int kGroups = 2;
+  if (p.score_record > 0) {
+    // Key-major records: lane l takes keys base + 32 e + l (e < kKeys), so every
+    // load instruction reads 32 consecutive records; the heads are summed in
+    // the same order as the row layout's loop (identical pooled values).
+    constexpr int kKeys = 4;  // 8 measured 2 % slower per anchor (run 13: 128-byte spill at the 64-register cap)
+    const float* records = p.scores + set_row * p.score_stride * p.score_record;
+    const int warp_id = tid >> 5;
+    for (int base = warp_id * 32 * kKeys; base < n; base += kPooledThreads * kKeys) {
+      float sum[kKeys] = {};
+      for (int q = 0; 4 * q < p.group; ++q) {
+        float4 loaded[kKeys];
+#pragma unroll
+        for (int e = 0; e < kKeys; ++e) {
+          const int j = base + 32 * e + lane;
+          loaded[e] = j < n ? *reinterpret_cast<const float4*>(records + int64_t(j) * p.score_record + 4 * q)
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int e = 0; e < kKeys; ++e) {
+          sum[e] += exp2f(loaded[e].x - group_lse2[4 * q]);
+          if (4 * q + 1 < p.group) sum[e] += exp2f(loaded[e].y - group_lse2[4 * q + 1]);
+          if (4 * q + 2 < p.group) sum[e] += exp2f(loaded[e].z - group_lse2[4 * q + 2]);
+          if (4 * q + 3 < p.group) sum[e] += exp2f(loaded[e].w - group_lse2[4 * q + 3]);
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < kKeys; ++e) {
+        const int j = base + 32 * e + lane;
+        if (j < n) {
+          pooled[j] = sum[e];
+          atomicAdd(&shared.fast.histogram[bin_of(float_order_key(sum[e]))], 1u);
+        }
+      }
+    }
+  } else
   for (int base = 0; base < n; base += kGroups * 4 * kPooledThreads) {
     float sum[kGroups][4] = {};
 #pragma unroll 4
@@ -715,7 +802,10 @@ void launch_decode_merge(const DecodeParams& params, DType dtype, int head_dim, 
   const void* kernel = dtype == DType::F16 ? merge_kernel_for_type<__half>(head_dim, with_output)
                                            : merge_kernel_for_type<__nv_bfloat16>(head_dim, with_output);
   void* arguments[] = {const_cast<DecodeParams*>(&params)};
-  check_cuda(cudaLaunchKernel(kernel, dim3(params.batch * params.n_heads), dim3(128), arguments, 0, stream),
+  const size_t shared_bytes = size_t(params.splits) * sizeof(float);
+  if (shared_bytes > 48 * 1024) unsupported("decode splits", params.splits);
+  check_cuda(cudaLaunchKernel(kernel, dim3(params.batch * params.n_heads), dim3(kMergeThreads), arguments,
+                              shared_bytes, stream),
              "launch decode_merge_kernel");
 }
 

@@ -59,8 +59,14 @@ struct DecodeParams {
   float* lse = nullptr;     // natural-log LSE [batch][n_heads], optional
   float* partial_out = nullptr;  // [batch][n_heads][splits][head_dim], normalised
   float* partial_lse = nullptr;  // [batch][n_heads][splits], log2 units
-  float* scores = nullptr;       // raw scores in log2 units [batch][n_heads][score_stride]
+  // Raw scores in log2 units. score_record == 0: one row per head,
+  // [batch][n_heads][score_stride]; score_record > 0 (a multiple of 4, >= group):
+  // key-major, [batch][n_kv_heads][score_stride][score_record], the g scores
+  // of a key side by side (one write stream per block, one float4 per key
+  // and 4 heads for the pooled selection).
+  float* scores = nullptr;
   int64_t score_stride = 0;      // a multiple of 4 (rows are read as float4)
+  int score_record = 0;
   float* score_bounds = nullptr;  // [batch][n_heads][splits][2]: smallest, largest score of the split
 };
 
@@ -74,8 +80,9 @@ void launch_decode_merge(const DecodeParams& params, DType dtype, int head_dim, 
 // Pooled post-softmax scores of each KV head (sum over its g query heads of
 // 2^(s - lse)) and the exact top budget(n) per (sequence, KV head).
 struct PooledSelectParams {
-  const float* scores = nullptr;  // log2 units [batch][n_heads][score_stride]
+  const float* scores = nullptr;  // log2 units, laid out as DecodeParams::scores
   int64_t score_stride = 0;       // a multiple of 4
+  int score_record = 0;           // as DecodeParams::score_record
   const float* score_bounds = nullptr;  // [batch][n_heads][splits][2], as DecodeParams
   int splits = 1;
   const float* lse = nullptr;  // natural [batch][n_heads]
