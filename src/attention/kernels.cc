@@ -379,14 +379,17 @@ static inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
 
 template <typename T, bool kGather>
 static void dot_block(const float* const (&q)[3], int d, Rows<T> keys, const KeyList& list,
-                      float* const (&s)[3]) {
+                      float* const (&s)[3], const Rows<T>* companion) {
   // Four keys per step; a last partial step repeats its last key and drops
   // those results, so every key's dot product has the same rounding.
   for (int64_t i = 0; i < list.count; i += 4) {
     const int64_t valid = std::min<int64_t>(4, list.count - i);
     for (int u = 0; u < 4; ++u)
-      if (i + u + kPrefetchDistance < list.count)
+      if (i + u + kPrefetchDistance < list.count) {
         prefetch_row(list_row<T, kGather>(keys, list, i + u + kPrefetchDistance), d);
+        if (companion)
+          prefetch_row(list_row<T, kGather>(*companion, list, i + u + kPrefetchDistance), d);
+      }
     const T* k0 = list_row<T, kGather>(keys, list, i);
     const T* k1 = list_row<T, kGather>(keys, list, i + std::min<int64_t>(1, valid - 1));
     const T* k2 = list_row<T, kGather>(keys, list, i + std::min<int64_t>(2, valid - 1));
@@ -422,7 +425,7 @@ static void dot_block(const float* const (&q)[3], int d, Rows<T> keys, const Key
 
 template <typename T, bool kGather>
 static void dot_dispatch(const float* q, int64_t n_rows, int d, Rows<T> keys, const KeyList& list,
-                         float* s, int64_t lds) {
+                         float* s, int64_t lds, const Rows<T>* companion) {
   // A last block of fewer than three rows repeats its last row, whose results
   // (the same values) land on that row again.
   for (int64_t r0 = 0; r0 < n_rows; r0 += 3) {
@@ -433,23 +436,23 @@ static void dot_dispatch(const float* q, int64_t n_rows, int d, Rows<T> keys, co
       qrows[r] = q + (r0 + std::min(r, n - 1)) * d;
       srows[r] = s + (r0 + std::min(r, n - 1)) * lds;
     }
-    dot_block<T, kGather>(qrows, d, keys, list, srows);
+    dot_block<T, kGather>(qrows, d, keys, list, srows, r0 == 0 ? companion : nullptr);
   }
 }
 
 template <typename T>
 void dot_rows(const float* q, int64_t n_rows, int d, Rows<T> keys, const KeyList& list, float* s,
-              int64_t lds) {
+              int64_t lds, const Rows<T>* companion) {
   if (list.indices)
-    dot_dispatch<T, true>(q, n_rows, d, keys, list, s, lds);
+    dot_dispatch<T, true>(q, n_rows, d, keys, list, s, lds, companion);
   else
-    dot_dispatch<T, false>(q, n_rows, d, keys, list, s, lds);
+    dot_dispatch<T, false>(q, n_rows, d, keys, list, s, lds, companion);
 }
 
 template void dot_rows<float>(const float*, int64_t, int, Rows<float>, const KeyList&, float*,
-                              int64_t);
+                              int64_t, const Rows<float>*);
 template void dot_rows<uint16_t>(const float*, int64_t, int, Rows<uint16_t>, const KeyList&,
-                                 float*, int64_t);
+                                 float*, int64_t, const Rows<uint16_t>*);
 
 // ---------------------------------------------------------------------------
 // Blocked online-softmax attention.
@@ -475,10 +478,8 @@ void attend_block_rows(const float* q, int64_t n_rows, int d, Rows<T> keys, Rows
     if (packed) {
       qk_panels(q, n_rows, d, packed->key_panels + b0 * d, block.count, s, kKeyBlock);
     } else {
-      // A gather's value rows start arriving while the scores are computed.
-      if (block.indices)
-        for (int64_t i = 0; i < block.count; ++i) prefetch_row(values.row(block.indices[i]), d);
-      dot_rows(q, n_rows, d, keys, block, s, kKeyBlock);
+      // A gather's value rows arrive while the scores are computed.
+      dot_rows(q, n_rows, d, keys, block, s, kKeyBlock, block.indices ? &values : nullptr);
     }
     const int64_t n_kept = kept ? std::clamp<int64_t>(kept->count - b0, 0, block.count) : 0;
     for (int64_t r = 0; r < n_rows; ++r) {

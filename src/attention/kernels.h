@@ -184,10 +184,11 @@ void pv_direct(const float* p, int64_t ldp, int64_t n_rows, Rows<T> values, cons
                int d, float* o, int64_t ldo);
 
 // S[r][i] = Q[r] . K[list.at(i)] straight from the cache (decode: few rows,
-// each key used once, so no packing).
+// each key used once, so no packing). Rows of `companion` (the values, when
+// the caller reads them next) are prefetched along with the keys.
 template <typename T>
 void dot_rows(const float* q, int64_t n_rows, int d, Rows<T> keys, const KeyList& list, float* s,
-              int64_t lds);
+              int64_t lds, const Rows<T>* companion = nullptr);
 
 // ---------------------------------------------------------------------------
 // Row stride of output accumulators: d rounded to whole value chunks.

@@ -3,8 +3,11 @@
 // Weights stay in their file encoding. Two paths, chosen by the number of
 // tokens because their costs scale differently:
 //  - few tokens (decode): each weight row is dotted straight from its
-//    quantized blocks, widened to fp32 in registers, so each weight byte is
-//    read once per token and the step is bound by memory bandwidth;
+//    quantized blocks with integer products against activations split into
+//    int16 blocks of values and residuals (fp32-level accuracy; legacy quant
+//    types, others are dequantized per row),
+//    so each weight byte is read once per token and the step is bound by
+//    memory bandwidth;
 //  - many tokens (prefill): blocks of weight rows are dequantized to fp32
 //    and multiplied with OpenBLAS sgemm, so each dequantized row is reused
 //    by every token of the chunk and the step is bound by arithmetic.
