@@ -9,7 +9,6 @@
 //       [--budget 10] [--decode-tokens 16] [--profile P] [--csv FILE]
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -19,6 +18,8 @@
 
 #include "attention/strategies.h"
 #include "core/error.h"
+#include "core/model_cache.h"
+#include "core/read_file.h"
 #include "model/fingerprint.h"
 #include "model/model.h"
 #include "ops/threading.h"
@@ -47,19 +48,13 @@ class Collector final : public attention::Observer {
   std::map<std::pair<int, int>, LayerTotals> totals;
 };
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read text file '{}'", path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Per-layer kept attention mass and output error vs dense, per strategy"};
-  std::string model_path = std::string(std::getenv("HOME") ? std::getenv("HOME") : ".") +
-                           "/.cache/kascade/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-  std::string text_path = std::string(KASCADE_SOURCE_DIR) + "/docs/samples/long_text.txt";
+  std::string model_path = default_model_path();
+  // Debian prose, the haystack that `kascade eval` fills its prompts with.
+  std::string text_path = std::string(KASCADE_SOURCE_DIR) + "/data/haystack/haystack.txt";
   std::vector<std::string> strategies = {"kascade", "oracle-topk", "streaming", "quest", "omnikv", "lessismore"};
   std::string profile_path, csv_path;
   int64_t n_tokens = 8000, decode_tokens = 16;
@@ -81,7 +76,7 @@ int main(int argc, char** argv) {
     const model::Model model = model::Model::load(model_path);
     const model::Config& config = model.config();
     const tokenizer::Tokenizer tokenizer(model.file());
-    const std::vector<int32_t> text_tokens = tokenizer.encode(read_text(text_path), true, false);
+    const std::vector<int32_t> text_tokens = tokenizer.encode(read_file(text_path, "text file"), true, false);
     if (text_tokens.empty()) fail("text file '{}' is empty", text_path);
     if (n_tokens + decode_tokens > config.context_length)
       fail("{} + {} tokens exceed the model's context {}", n_tokens, decode_tokens, config.context_length);

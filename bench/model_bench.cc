@@ -16,6 +16,7 @@
 #include "attention/strategies.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/model_cache.h"
 #include "core/timer.h"
 #include "model/fingerprint.h"
 #include "model/model.h"
@@ -70,8 +71,7 @@ Measurement run_once(const model::Model& model, const attention::StrategyOptions
 
 int main(int argc, char** argv) {
   CLI::App app{"Whole-model prefill/decode throughput per prompt length and attention strategy"};
-  std::string model_path = std::string(std::getenv("HOME") ? std::getenv("HOME") : ".") +
-                           "/.cache/kascade/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  std::string model_path = default_model_path();
   std::vector<int64_t> lengths = {512, 2048, 8000};
   std::vector<std::string> strategies = {"dense"};
   std::string profile_path;

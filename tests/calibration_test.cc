@@ -25,6 +25,7 @@
 #include "calibration/dev_set.h"
 #include "calibration/report.h"
 #include "core/error.h"
+#include "core/model_cache.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -466,14 +467,9 @@ TEST(DevSet, BuiltinSetMatchesItsSourceList) {
 // ---------------------------------------------------------------------------
 // End to end on the default model.
 
-std::string default_model() {
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "") + "/.cache/kascade/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
 TEST(Calibrate, DefaultModelIsReproducibleAndConsistent) {
-  if (!std::filesystem::exists(default_model())) GTEST_SKIP() << "no model at " << default_model();
-  const model::Model model = model::Model::load(default_model());
+  if (!std::filesystem::exists(default_model_path())) GTEST_SKIP() << "no model at " << default_model_path();
+  const model::Model model = model::Model::load(default_model_path());
   const tokenizer::Tokenizer tokenizer(model.file());
   const auto docs = load_dev_set(std::string(KASCADE_SOURCE_DIR) + "/data/devset/devset.txt");
   std::vector<std::vector<int32_t>> prompts;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/model_cache.h"
 #include "gguf/gguf.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -98,9 +99,7 @@ TEST(ChatTemplate, ErrorsSuggestRaw) {
 
 // The default model's template, rendered and tokenized as the CLI does it.
 TEST(ChatTemplate, DefaultModelPrompt) {
-  const char* home = std::getenv("HOME");
-  const std::string path =
-      std::string(home ? home : "/root") + "/.cache/kascade/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string path = default_model_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "default model not found at " << path;
   const gguf::File file = gguf::File::open(path);
   const Tokenizer tokenizer(file);

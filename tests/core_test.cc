@@ -1,17 +1,25 @@
-// Tests for the core helpers: memory counters, stopwatch, progress bar.
+// Tests for the core helpers: memory counters, stopwatch, progress bar, the
+// model cache location, whole-file reads.
 #include <gtest/gtest.h>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/model_cache.h"
 #include "core/progress.h"
+#include "core/read_file.h"
 #include "core/timer.h"
 
 namespace kascade {
@@ -134,6 +142,72 @@ TEST(Progress, SilentWhenNotATerminalOrTooShort) {
   }
   EXPECT_EQ(read_all(file), "");
   std::fclose(file);
+}
+
+// Sets an environment variable for one scope, restoring the old value after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(ModelCache, KascadeCacheElseHome) {
+  const ScopedEnv home("HOME", "/home/someone");
+  {
+    const ScopedEnv cache("KASCADE_CACHE", "/data/models cache");
+    EXPECT_EQ(cached_model_path("m.gguf"), "/data/models cache/models/m.gguf");
+    EXPECT_EQ(default_model_path(), "/data/models cache/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  }
+  const ScopedEnv cache("KASCADE_CACHE", nullptr);
+  EXPECT_EQ(cached_model_path("m.gguf"), "/home/someone/.cache/kascade/models/m.gguf");
+  const ScopedEnv no_home("HOME", nullptr);
+  EXPECT_EQ(cached_model_path("m.gguf"), "./.cache/kascade/models/m.gguf");
+}
+
+TEST(ReadFile, ReturnsEveryByte) {
+  const std::string path = testing::TempDir() + "/core_test_read_file." + std::to_string(::getpid());
+  std::string bytes(200000, 'x');  // several read buffers
+  bytes[0] = '\0';
+  bytes[123457] = '\n';
+  bytes.back() = '\xff';
+  std::ofstream(path, std::ios::binary) << bytes;
+  EXPECT_EQ(read_file(path, "test file"), bytes);
+  std::ofstream(path, std::ios::binary | std::ios::trunc).flush();
+  EXPECT_EQ(read_file(path, "test file"), "");
+  std::filesystem::remove(path);
+}
+
+std::string read_error(const std::string& path) {
+  try {
+    read_file(path, "prompt file");
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "(no error)";
+}
+
+TEST(ReadFile, NamesTheFileAndTheReason) {
+  const std::string missing = testing::TempDir() + "/core_test_no_such_file";
+  EXPECT_EQ(read_error(missing), "cannot read prompt file '" + missing + "': No such file or directory");
+  // fopen accepts a directory; the read fails.
+  EXPECT_EQ(read_error(testing::TempDir()), "cannot read prompt file '" + testing::TempDir() + "': Is a directory");
 }
 
 }  // namespace

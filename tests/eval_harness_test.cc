@@ -6,13 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/model_cache.h"
 #include "eval/harness.h"
 #include "eval/report.h"
 #include "eval/statistics.h"
@@ -135,18 +135,12 @@ TEST(EvalStatistics, PairedDifferenceInterval) {
   EXPECT_TRUE(std::isnan(paired_difference_interval(one).low));
 }
 
-std::string model_path() {
-  if (const char* path = std::getenv("KASCADE_MODEL")) return path;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/root") + "/.cache/kascade/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
 class EvalOnModel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!std::filesystem::exists(model_path())) return;
+    if (!std::filesystem::exists(default_model_path())) return;
     ops::configure_threads(0);
-    model_ = new model::Model(model::Model::load(model_path()));
+    model_ = new model::Model(model::Model::load(default_model_path()));
     tokenizer_ = new tokenizer::Tokenizer(model_->file());
     corpus_ = new Corpus(Corpus::load(std::string(KASCADE_SOURCE_DIR) + "/data/haystack/haystack.txt"));
   }
@@ -156,7 +150,7 @@ class EvalOnModel : public ::testing::Test {
     delete model_;
   }
   void SetUp() override {
-    if (!model_) GTEST_SKIP() << "default model not found at " << model_path();
+    if (!model_) GTEST_SKIP() << "default model not found at " << default_model_path();
   }
   static EvalOptions small_options() {
     EvalOptions options;

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -14,6 +13,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/model_cache.h"
 #include "eval/corpus.h"
 #include "eval/tasks.h"
 #include "gguf/gguf.h"
@@ -272,9 +272,7 @@ TEST(EvalTasks, BadInput) {
 
 // With the real tokenizer: the counted length is the prompt's.
 TEST(EvalTasks, FitsWithTheModelTokenizer) {
-  const char* home = std::getenv("HOME");
-  const std::string path =
-      std::string(home ? home : "/root") + "/.cache/kascade/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string path = default_model_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "default model not found at " << path;
   const gguf::File file = gguf::File::open(path);
   const tokenizer::Tokenizer tokenizer(file);

@@ -11,18 +11,12 @@
 #include <nlohmann/json.hpp>
 
 #include "attention/strategies.h"
+#include "core/model_cache.h"
 #include "model/model.h"
 #include "ops/threading.h"
 
 namespace kascade {
 namespace {
-
-std::string model_path() {
-  if (const char* path = std::getenv("KASCADE_MODEL")) return path;
-  const char* cache = std::getenv("KASCADE_CACHE");
-  return std::string(cache ? cache : std::string(std::getenv("HOME")) + "/.cache/kascade") +
-         "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
 
 std::vector<int32_t> fixture_tokens() {
   std::ifstream in(std::string(KASCADE_SOURCE_DIR) + "/tests/data/logits/apache2.json");
@@ -55,7 +49,7 @@ class KascadeModel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     ops::configure_threads(0);
-    model_ = std::make_unique<model::Model>(model::Model::load(model_path()));
+    model_ = std::make_unique<model::Model>(model::Model::load(default_model_path()));
     prompt_ = fixture_tokens();
     dense_ = run(*model_, attention::StrategyOptions{}, prompt_, kNew);
   }

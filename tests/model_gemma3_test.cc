@@ -26,6 +26,7 @@
 
 #include "attention/strategies.h"
 #include "core/error.h"
+#include "core/model_cache.h"
 #include "model/model.h"
 #include "ops/threading.h"
 #include "tokenizer/chat_template.h"
@@ -186,13 +187,7 @@ TEST(GemmaChatTemplate, MatchesJinjaRendering) {
 // ---------------------------------------------------------------------------
 // Gemma 3 270M, when it is in the cache.
 
-std::string gemma_model_path() {
-  if (const char* path = std::getenv("KASCADE_GEMMA_MODEL")) return path;
-  const char* cache = std::getenv("KASCADE_CACHE");
-  const char* home = std::getenv("HOME");
-  return std::string(cache ? cache : std::string(home ? home : "/root") + "/.cache/kascade") +
-         "/models/gemma-3-270m-q4_k_m.gguf";
-}
+std::string gemma_model_path() { return cached_model_path("gemma-3-270m-q4_k_m.gguf"); }
 
 class Gemma3Model : public ::testing::Test {
  protected:

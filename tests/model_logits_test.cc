@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/model_cache.h"
 #include "model/model.h"
 #include "ops/threading.h"
 
@@ -20,13 +21,6 @@ namespace kascade {
 namespace {
 
 const std::string kData = std::string(KASCADE_SOURCE_DIR) + "/tests/data/logits/";
-
-std::string model_path() {
-  if (const char* path = std::getenv("KASCADE_MODEL")) return path;
-  const char* cache = std::getenv("KASCADE_CACHE");
-  return std::string(cache ? cache : std::string(std::getenv("HOME")) + "/.cache/kascade") +
-         "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
@@ -47,7 +41,7 @@ class LogitsParity : public ::testing::TestWithParam<std::string> {
  protected:
   static void SetUpTestSuite() {
     ops::configure_threads(0);
-    model_ = std::make_unique<model::Model>(model::Model::load(model_path()));
+    model_ = std::make_unique<model::Model>(model::Model::load(default_model_path()));
   }
   static void TearDownTestSuite() { model_.reset(); }
   static std::unique_ptr<model::Model> model_;

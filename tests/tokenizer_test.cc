@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/model_cache.h"
 #include "gguf/gguf.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -33,11 +34,6 @@ constexpr bool kSanitized = false;
 #endif
 
 const std::string kDataDir = std::string(KASCADE_SOURCE_DIR) + "/tests/data/tokenizer/";
-
-std::string default_model_path() {
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/root") + "/.cache/kascade/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
 
 // Writes GGUF v3 metadata (no tensors) into memory.
 class GgufBuilder {
