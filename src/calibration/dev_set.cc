@@ -1,10 +1,8 @@
 // Reading calibration development sets (see dev_set.h).
 #include "calibration/dev_set.h"
 
-#include <fstream>
-#include <iterator>
-
 #include "core/error.h"
+#include "core/read_file.h"
 
 namespace kascade::calibration {
 
@@ -49,10 +47,7 @@ std::vector<DevDocument> parse_dev_set(std::string_view content, const std::stri
 }
 
 std::vector<DevDocument> load_dev_set(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read dev set '{}'", path);
-  const std::string content(std::istreambuf_iterator<char>(in), {});
-  return parse_dev_set(content, path);
+  return parse_dev_set(read_file(path, "dev set"), path);
 }
 
 }  // namespace kascade::calibration

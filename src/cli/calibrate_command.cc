@@ -8,7 +8,6 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,7 +21,9 @@
 #include "calibration/report.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/model_cache.h"
 #include "core/progress.h"
+#include "core/read_file.h"
 #include "core/timer.h"
 #include "model/model.h"
 #include "ops/threading.h"
@@ -76,7 +77,8 @@ void check_output_file(const std::string& path, const std::string& flag) {
   if (fs::is_directory(path, error)) fail("{} '{}' is a directory", flag, path);
   fs::path dir = fs::path(path).parent_path();
   if (dir.empty()) dir = ".";
-  if (!fs::is_directory(dir, error)) fail("{} '{}': directory '{}' does not exist", flag, path, dir.string());
+  if (!fs::exists(dir, error)) fail("{} '{}': directory '{}' does not exist", flag, path, dir.string());
+  if (!fs::is_directory(dir, error)) fail("{} '{}': '{}' is not a directory", flag, path, dir.string());
   if (access(dir.c_str(), W_OK) != 0) fail("{} '{}': directory '{}' is not writable", flag, path, dir.string());
   if (fs::exists(path, error) && access(path.c_str(), W_OK) != 0) fail("{} '{}' is not writable", flag, path);
 }
@@ -92,11 +94,6 @@ void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
   if (!out) fail("cannot write '{}'", path);
-}
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 void print_summary(const calibration::CalibrationResult& result, int chosen) {
@@ -167,7 +164,8 @@ void run_calibrate(const CalibrateArgs& args) {
   progress.reset();
 
   const calibration::DevSetInfo dev_set{args.dev_set == kBuiltinDevSet ? "builtin" : args.dev_set,
-                                        calibration::content_fingerprint(read_bytes(args.dev_set)), max_tokens};
+                                        calibration::content_fingerprint(read_file(args.dev_set, "dev set")),
+                                        max_tokens};
   attention::save_profile(calibration::make_profile(result, options, args.choose, model, dev_set), args.out);
   if (!args.stats.empty())
     write_text(args.stats, calibration::statistics_json(result, options, args.choose, model, dev_set).dump(2) + "\n");
@@ -197,7 +195,7 @@ void register_calibrate(CLI::App& app) {
   cmd->add_option("--plots", args->plots, "Directory for PNG pictures");
   cmd->add_option("--stats", args->stats, "Also write every statistic (JSON)");
   cmd->add_option("-t,--threads", args->threads, "Threads (0 = all cores)")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(count_flag(kMaxThreads));
   cmd->add_option("--tile", args->tile, "Prefill query tile T")->capture_default_str();
   cmd->add_option("--top-k", args->top_k, "Calibration budget: keys a tile keeps")->capture_default_str();
   cmd->add_flag("-q,--quiet", args->quiet, "No progress bar or summary");

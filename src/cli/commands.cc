@@ -2,10 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <memory>
@@ -17,7 +17,9 @@
 #include "core/error.h"
 #include "attention/kascade_profile.h"
 #include "core/memory.h"
+#include "core/model_cache.h"
 #include "core/progress.h"
+#include "core/read_file.h"
 #include "engine/generate.h"
 #include "model/fingerprint.h"
 #include "model/model.h"
@@ -27,12 +29,6 @@
 
 namespace kascade::cli {
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read prompt file '{}'", path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 struct GenerateArgs {
   std::string model = default_model_path();
@@ -57,7 +53,7 @@ std::string prompt_text(const GenerateArgs& args) {
   const int sources = int(!args.prompt.empty()) + int(!args.prompt_file.empty()) + int(args.demo);
   if (sources > 1) fail("give only one of --prompt, --prompt-file and --demo");
   if (!args.prompt.empty()) return args.prompt;
-  if (!args.prompt_file.empty()) return read_file(args.prompt_file);
+  if (!args.prompt_file.empty()) return read_file(args.prompt_file, "prompt file");
   if (args.demo) return demo_prompt();
   if (isatty(STDIN_FILENO)) fail("no prompt: give --prompt TEXT, --prompt-file FILE, --demo, or pipe text on stdin");
   return std::string(std::istreambuf_iterator<char>(std::cin), {});
@@ -84,18 +80,22 @@ void run_generate(const GenerateArgs& args) {
     prompt = tokenizer.encode(chat.render(messages, /*add_generation_prompt=*/true),
                               /*add_special_tokens=*/true, /*parse_special=*/true);
   }
-  const int64_t wanted = args.context > 0 ? args.context : int64_t(prompt.size()) + args.max_tokens;
-  if (wanted > config.context_length || int64_t(prompt.size()) >= config.context_length)
-    fail("prompt of {} tokens plus {} new tokens exceeds the model's context of {} tokens", prompt.size(),
+  // The cache holds the prompt and room for at least one new token (--ctx, else the prompt and --max-tokens).
+  const int64_t n_prompt = int64_t(prompt.size());
+  if (args.context > config.context_length)
+    fail("--ctx {} exceeds the model's context of {} tokens", args.context, config.context_length);
+  if (args.context > 0 && n_prompt >= args.context)
+    fail("prompt of {} tokens does not fit --ctx {}", n_prompt, args.context);
+  if (args.context == 0 && (n_prompt >= config.context_length || args.max_tokens > config.context_length - n_prompt))
+    fail("prompt of {} tokens plus {} new tokens exceeds the model's context of {} tokens", n_prompt,
          args.max_tokens, config.context_length);
-  if (int64_t(prompt.size()) >= wanted)
-    fail("prompt of {} tokens does not fit --ctx {}", prompt.size(), wanted);
+  const int64_t capacity = args.context > 0 ? args.context : n_prompt + std::max<int64_t>(args.max_tokens, 1);
 
   attention::StrategyOptions strategy_options = args.attention;
   if (strategy_options.name == "kascade")
     strategy_options.profile = resolve_kascade_profile(args.profile, args.model, model, args.quiet);
   model::Sequence seq =
-      model.new_sequence(wanted, args.kv_type == "f16" ? attention::KvType::F16 : attention::KvType::F32,
+      model.new_sequence(capacity, args.kv_type == "f16" ? attention::KvType::F16 : attention::KvType::F32,
                          attention::make_strategy(strategy_options, config.attention_shape()));
 
   engine::GenerateOptions options;
@@ -104,9 +104,11 @@ void run_generate(const GenerateArgs& args) {
   options.sampling = args.sampling;
   std::unique_ptr<ProgressBar> progress;
   engine::GenerateCallbacks callbacks;
-  callbacks.on_text = [](const std::string& piece) {
+  bool line_open = false;  // streamed text ends mid-line
+  callbacks.on_text = [&](const std::string& piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
+    line_open = piece.back() != '\n';
   };
   callbacks.on_prefill = [&](int64_t done, int64_t total) {
     if (args.quiet) return;
@@ -115,7 +117,13 @@ void run_generate(const GenerateArgs& args) {
     progress->update(uint64_t(done));
     if (done == total) progress.reset();
   };
-  const engine::GenerationResult result = engine::generate(model, tokenizer, seq, prompt, options, callbacks);
+  engine::GenerationResult result;
+  try {
+    result = engine::generate(model, tokenizer, seq, prompt, options, callbacks);
+  } catch (...) {
+    if (line_open) std::fputc('\n', stdout);  // so that the error, on a shared terminal, starts its own line
+    throw;
+  }
   std::fputc('\n', stdout);
   std::fflush(stdout);
   if (args.quiet) return;
@@ -154,13 +162,6 @@ void run_info(const std::string& path) {
 
 }  // namespace
 
-std::string default_model_path() {
-  const char* cache = std::getenv("KASCADE_CACHE");
-  const char* home = std::getenv("HOME");
-  const std::string root = cache ? cache : std::string(home ? home : ".") + "/.cache/kascade";
-  return root + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
 attention::KascadeProfile resolve_kascade_profile(const std::string& profile_path, const std::string& model_path,
                                                  const model::Model& model, bool quiet) {
   const attention::Shape shape = model.config().attention_shape();
@@ -177,8 +178,26 @@ attention::KascadeProfile resolve_kascade_profile(const std::string& profile_pat
     return attention::default_profile(shape);
   }
   attention::KascadeProfile profile = attention::load_profile(path, shape);
-  attention::check_fingerprint(profile, model::weights_fingerprint(model.file()));
+  try {
+    attention::check_fingerprint(profile, model::weights_fingerprint(model.file()));
+  } catch (const Error& e) {
+    fail("{}: {}", path, e.what());  // the profile may have been picked implicitly: name it
+  }
   return profile;
+}
+
+CLI::Validator count_flag(int64_t max) {
+  return CLI::Validator(
+      [max](std::string& input) -> std::string {
+        int64_t value = 0;
+        const auto [end, error] = std::from_chars(input.data(), input.data() + input.size(), value);
+        if (error != std::errc() || end != input.data() + input.size())
+          return fmt::format("expected a whole number, got '{}'", input);
+        if (value < 0) return fmt::format("must not be negative, got {}", value);
+        if (value > max) return fmt::format("must be at most {}, got {}", max, value);
+        return "";
+      },
+      "COUNT");
 }
 
 void register_generate(CLI::App& app) {
@@ -191,11 +210,11 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--raw", args->raw, "Feed the prompt as is (no chat template)");
   cmd->add_option("--system", args->system, "System message (chat mode)");
   cmd->add_option("-n,--max-tokens", args->max_tokens, "Maximum new tokens")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(count_flag(INT64_MAX));
   cmd->add_option("-c,--ctx", args->context, "Context size in tokens (default: prompt + max tokens)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(count_flag(INT64_MAX));
   cmd->add_option("-t,--threads", args->threads, "Threads (0 = all cores)")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(count_flag(kMaxThreads));
   cmd->add_option("--kv-type", args->kv_type, "KV cache storage: f16 or f32")->capture_default_str();
   cmd->add_option("--stop", args->stops, "Stop when this string is generated (repeatable)");
   cmd->add_option("--temperature", args->sampling.temperature, "Sampling temperature (0 = greedy)")

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/model_cache.h"
 #include "core/progress.h"
 #include "eval/harness.h"
 #include "eval/report.h"
@@ -120,7 +121,7 @@ void register_eval(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--kv-type", args->kv_type, "KV cache storage: f16 or f32")->capture_default_str();
   cmd->add_option("-t,--threads", args->threads, "Threads (0 = all cores)")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(count_flag(kMaxThreads));
   cmd->add_flag("-q,--quiet", args->quiet, "No progress bar");
   cmd->callback([args] { run_eval_command(*args); });
 }

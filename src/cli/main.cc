@@ -28,13 +28,13 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const kascade::Error& e) {
     std::fflush(stdout);
-    fmt::print(stderr, "\nkascade: error: {}\n", e.what());
+    fmt::print(stderr, "kascade: error: {}\n", e.what());
     return 1;
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "\nkascade: error: out of memory\n");
+    fmt::print(stderr, "kascade: error: out of memory\n");
     return 1;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "\nkascade: internal error: {}\n", e.what());
+    fmt::print(stderr, "kascade: internal error: {}\n", e.what());
     return 2;
   }
   return 0;

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
-#include <iterator>
+#include <filesystem>
 #include <set>
 
 #include "core/error.h"
+#include "core/read_file.h"
 
 namespace kascade::eval {
 namespace {
@@ -35,9 +35,9 @@ void split_sentences(std::string_view paragraph, std::vector<Sentence>& out) {
 }  // namespace
 
 Corpus Corpus::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read the haystack corpus '{}' (build it with data/haystack/build_haystack.py)", path);
-  return parse(std::string(std::istreambuf_iterator<char>(in), {}), path);
+  if (!std::filesystem::exists(path))
+    fail("haystack corpus '{}' does not exist (build it with data/haystack/build_haystack.py)", path);
+  return parse(read_file(path, "the haystack corpus"), path);
 }
 
 Corpus Corpus::parse(std::string text, std::string_view source) {
