@@ -100,6 +100,8 @@ TEST(AttentionOptions, DefaultProfileAndScaledLayers) {
   const KascadeProfile profile = default_profile(Shape{30, 9, 3, 64});
   EXPECT_EQ(profile.anchors, (std::vector<int>{0, 6, 12, 18, 24}));
   EXPECT_EQ(default_profile(Shape{3, 2, 1, 32}).anchors, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(default_profile(Shape{2, 2, 1, 32}).anchors, (std::vector<int>{0, 1}));
+  EXPECT_EQ(default_profile(Shape{1, 2, 1, 32}).anchors, (std::vector<int>{0}));
   EXPECT_EQ(scale_layers(std::vector<int>{2, 8, 18}, 32), (std::vector<int>{2, 8, 18}));
   EXPECT_EQ(scale_layers(std::vector<int>{2, 8, 18}, 30), (std::vector<int>{2, 8, 17}));
   EXPECT_EQ(scale_layers(std::vector<int>{2, 13}, 30), (std::vector<int>{2, 12}));

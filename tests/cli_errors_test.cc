@@ -332,7 +332,8 @@ TEST_F(CliErrors, BadProfiles) {
   expect_error(run_with_profile(path("malformed.json")), {path("malformed.json"), "malformed JSON at byte"});
   expect_error(run_with_profile(write_profile("empty.json", json::object())),
                {path("empty.json"), "missing field profile.model"});
-  expect_error(run_with_profile(path("missing.json")), {"cannot open profile", path("missing.json")});
+  expect_error(run_with_profile(path("missing.json")), {"cannot read profile", path("missing.json")});
+  expect_error(run_with_profile(dir_.string()), {"cannot read profile", dir_.string(), "Is a directory"});
 
   json anchors = tiny_profile(own_fingerprint);
   anchors["anchors"] = {0, 2};

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/read_file.h"
 
 namespace kascade::attention {
 
@@ -67,7 +68,9 @@ KascadeProfile default_profile(const Shape& shape) {
   profile.model = {"", "", shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim};
   constexpr int kAnchors = 5;
   for (int i = 0; i < kAnchors; ++i) {
-    const int layer = int(std::lround(double(i) * shape.n_layers / kAnchors));
+    // round(4 L / 5) reaches L for models of one or two layers
+    const int layer = std::min(int(std::lround(double(i) * shape.n_layers / kAnchors)),
+                               shape.n_layers - 1);
     if (profile.anchors.empty() || layer > profile.anchors.back()) profile.anchors.push_back(layer);
   }
   std::vector<int> identity(size_t(shape.n_kv_heads));
@@ -185,11 +188,10 @@ KascadeProfile profile_from_json(const json& in, std::string_view source) {
 }
 
 KascadeProfile load_profile(const std::string& path, const Shape& shape) {
-  std::ifstream file(path);
-  if (!file) fail("cannot open profile {}", path);
+  const std::string text = read_file(path, "profile");
   json in;
   try {
-    in = json::parse(file);
+    in = json::parse(text);
   } catch (const json::parse_error& e) {
     fail("{}: malformed JSON at byte {}", path, e.byte);
   }

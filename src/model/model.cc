@@ -16,10 +16,16 @@ int positive_int(const gguf::File& file, const std::string& key, uint64_t limit)
   return int(value);
 }
 
+void check_supported_type(const gguf::File& file, const std::string& name, const gguf::TensorInfo& tensor) {
+  if (!type_traits(tensor.type).can_dequantize)
+    fail("{}: tensor {} has unsupported type {}", file.path(), name, type_traits(tensor.type).name);
+}
+
 std::vector<float> read_f32_vector(const gguf::File& file, const std::string& name, int64_t expected) {
   const gguf::TensorInfo& tensor = file.tensor(name);
   if (int64_t(tensor.n_elements) != expected)
     fail("{}: tensor {} has {} elements, expected {}", file.path(), name, tensor.n_elements, expected);
+  check_supported_type(file, name, tensor);
   std::vector<float> values(static_cast<size_t>(expected));
   dequantize_row(tensor.type, tensor.data, values.data(), expected);
   return values;
@@ -34,8 +40,7 @@ ops::Weight read_weight(const gguf::File& file, const std::string& name, int64_t
   if (tensor.dims.size() != 2 || tensor.dims[0] != cols || tensor.dims[1] != rows)
     fail("{}: tensor {} has shape [{}], expected [{}, {}]", file.path(), name, fmt::join(tensor.dims, ", "), cols,
          rows);
-  if (!type_traits(tensor.type).can_dequantize)
-    fail("{}: tensor {} has unsupported type {}", file.path(), name, type_traits(tensor.type).name);
+  check_supported_type(file, name, tensor);
   return {name, tensor.type, tensor.data, rows, cols, row_bytes(tensor.type, cols)};
 }
 
