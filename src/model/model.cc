@@ -1,5 +1,8 @@
 #include "model/model.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -198,7 +201,36 @@ Model Model::load(const std::string& path) {
     }
     model.layers_.push_back(std::move(w));
   }
+  model.move_weights_to_large_pages();
   return model;
+}
+
+// Decode streams every weight byte once per token: from 2 MiB pages the
+// matrix-vector products run about 20% faster than from the file's 4 KiB
+// mapped pages (fewer TLB misses). The copy goes in slices, each slice's
+// mapped pages released right after, so resident memory never holds both.
+void Model::move_weights_to_large_pages() {
+  std::vector<ops::Weight*> weights{&token_embedding_, &output_};
+  for (LayerWeights& w : layers_)
+    for (ops::Weight* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) weights.push_back(m);
+  const uint8_t* first = weights.front()->data;
+  const uint8_t* end = first;
+  for (const ops::Weight* w : weights) {
+    first = std::min(first, w->data);
+    end = std::max(end, w->data + uint64_t(w->rows) * w->row_bytes);
+  }
+  LargePageBuffer pages(size_t(end - first));
+  constexpr size_t kSlice = size_t(8) << 20;
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  for (size_t offset = 0; offset < pages.size(); offset += kSlice) {
+    const size_t n = std::min(kSlice, pages.size() - offset);
+    std::memcpy(pages.data() + offset, first + offset, n);
+    const uintptr_t from = (uintptr_t(first + offset) + page - 1) / page * page;
+    const uintptr_t to = uintptr_t(first + offset + n) / page * page;
+    if (to > from) madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+  }
+  for (ops::Weight* w : weights) w->data = pages.data() + (w->data - first);
+  weight_pages_ = std::move(pages);
 }
 
 Sequence Model::new_sequence(int64_t capacity, attention::KvType kv_type,

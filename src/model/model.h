@@ -28,6 +28,7 @@
 
 #include "attention/attention.h"
 #include "gguf/gguf.h"
+#include "core/memory.h"
 #include "model/kv_cache.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
@@ -148,7 +149,11 @@ class Model {
  private:
   explicit Model(gguf::File file) : file_(std::move(file)) {}
 
+  // Moves the weight matrices from the file mapping into large pages.
+  void move_weights_to_large_pages();
+
   gguf::File file_;
+  LargePageBuffer weight_pages_;  // the matrices' bytes, which the ops::Weights point into
   Config config_;
   ops::Weight token_embedding_;
   std::vector<float> output_norm_;

@@ -177,6 +177,8 @@ BlockDot block_dot_for(TensorType type) {
 // Rows per work item of the matrix-vector path: enough to amortise
 // scheduling, small enough to balance two threads on the output projection.
 constexpr int64_t kRowsPerTask = 32;
+// How far ahead (in rows) the matrix-vector product prefetches weights.
+constexpr int64_t kPrefetchRows = 4;
 
 void matvec_blocks(const Weight& w, BlockDot dot, const float* in, int64_t n_tokens, float* out) {
   const int64_t n_blocks = w.cols / kBlock;
@@ -190,12 +192,17 @@ void matvec_blocks(const Weight& w, BlockDot dot, const float* in, int64_t n_tok
 #pragma omp parallel for schedule(static)
   for (int64_t task = 0; task < n_tasks; ++task) {
     const int64_t end = std::min(w.rows, (task + 1) * kRowsPerTask);
-    for (int64_t r = task * kRowsPerTask; r < end; ++r)
+    for (int64_t r = task * kRowsPerTask; r < end; ++r) {
+      // The hardware prefetcher alone leaves each row's first block waiting on memory.
+      if (r + kPrefetchRows < w.rows)
+        for (uint64_t byte = 0; byte < w.row_bytes; byte += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(w.row(r + kPrefetchRows) + byte), _MM_HINT_T0);
       for (int64_t t = 0; t < n_tokens; ++t) {
         const QuantizedActivations x{values.data() + t * w.cols, residuals.data() + t * w.cols,
                                      scales.data() + t * n_blocks, sums.data() + t * n_blocks};
         out[t * w.rows + r] = dot(w.row(r), x, n_blocks);
       }
+    }
   }
 }
 
