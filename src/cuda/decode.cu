@@ -7,7 +7,8 @@
 // warps (two or four) stream disjoint chunks of 16 keys through their own cp.async
 // pipelines (16-byte copies, swizzled tiles), keep one online-softmax state
 // each, and merge at the end; splits along the keys fill the machine at small
-// batch and are folded by the merge kernel.
+// batch and are folded by the merge kernel, launched as a programmatic
+// dependent so that its launch overlaps the attention pass.
 #include <cmath>
 
 #include "cuda/device_common.cuh"
@@ -73,6 +74,9 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
   float* states = reinterpret_cast<float*>(
       pipeline + (Config::kPipelineBytes > Config::kMergeBytes ? Config::kPipelineBytes : Config::kMergeBytes));
 
+  // The split merge may be launched now: its blocks wait for this grid to
+  // complete, but their launch and scheduling overlap it.
+  asm volatile("griddepcontrol.launch_dependents;");
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int split = blockIdx.x;
@@ -353,11 +357,14 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
 // reduces the maximum and the total first), then every dimension thread sums
 // its column with independent, unrolled loads: at small batch there are up
 // to several hundred splits per row and few rows, so a serial
-// weight-and-load loop per thread was latency-bound.
+// weight-and-load loop per thread was latency-bound. Launched as a
+// programmatic dependent of the attention pass, it starts before the pass has
+// finished and waits here until the pass has completed and its writes are visible.
 constexpr int kMergeThreads = 128;
 
 template <typename T, int kHeadDim, bool kWithOutput>
 __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeParams p) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   extern __shared__ float split_weights[];  // [splits]
   __shared__ float warp_values[kMergeThreads / 32];
   const int64_t head_row = blockIdx.x;
@@ -798,15 +805,23 @@ void launch_decode_attention(const DecodeParams& params, DType dtype, int head_d
 }
 
 void launch_decode_merge(const DecodeParams& params, DType dtype, int head_dim, bool with_output,
-                         cudaStream_t stream) {
+                         bool programmatic, cudaStream_t stream) {
   const void* kernel = dtype == DType::F16 ? merge_kernel_for_type<__half>(head_dim, with_output)
                                            : merge_kernel_for_type<__nv_bfloat16>(head_dim, with_output);
   void* arguments[] = {const_cast<DecodeParams*>(&params)};
   const size_t shared_bytes = size_t(params.splits) * sizeof(float);
   if (shared_bytes > 48 * 1024) unsupported("decode splits", params.splits);
-  check_cuda(cudaLaunchKernel(kernel, dim3(params.batch * params.n_heads), dim3(kMergeThreads), arguments,
-                              shared_bytes, stream),
-             "launch decode_merge_kernel");
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(params.batch * params.n_heads);
+  config.blockDim = dim3(kMergeThreads);
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute dependent = {};
+  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &dependent;
+  config.numAttrs = programmatic ? 1 : 0;
+  check_cuda(cudaLaunchKernelExC(&config, kernel, arguments), "launch decode_merge_kernel");
 }
 
 void launch_pooled_select_decode(const PooledSelectParams& params, cudaStream_t stream) {

@@ -73,9 +73,11 @@ struct DecodeParams {
 int decode_blocks_per_sm(DType dtype, int head_dim, DecodeMode mode, bool sparse);
 void launch_decode_attention(const DecodeParams& params, DType dtype, int head_dim, DecodeMode mode,
                              cudaStream_t stream);
-// Folds the split partials into output (when not ScoresOnly) and lse.
+// Folds the split partials into output (when not ScoresOnly) and lse. Call it
+// right after launch_decode_attention: `programmatic` launches it as that
+// pass's programmatic dependent (its blocks start early and wait for the pass).
 void launch_decode_merge(const DecodeParams& params, DType dtype, int head_dim, bool with_output,
-                         cudaStream_t stream);
+                         bool programmatic, cudaStream_t stream);
 
 // Pooled post-softmax scores of each KV head (sum over its g query heads of
 // 2^(s - lse)) and the exact top budget(n) per (sequence, KV head).
