@@ -475,29 +475,32 @@ void attend_block_rows(const float* q, int64_t n_rows, int d, Rows<T> keys, Rows
     const KeyList block{list.indices ? list.indices + b0 : nullptr, list.first + b0,
                         std::min(kKeyBlock, list.count - b0)};
     if (limit && block.at(0) > max_limit) break;  // ascending keys: no row sees the rest
+    // Keys past every row's limit (the causal diagonal) are neither scored nor summed.
+    const int64_t n_keys = limit ? count_visible(block, max_limit) : block.count;
+    const KeyList scored{block.indices, block.first, n_keys};
     if (packed) {
-      qk_panels(q, n_rows, d, packed->key_panels + b0 * d, block.count, s, kKeyBlock);
+      qk_panels(q, n_rows, d, packed->key_panels + b0 * d, n_keys, s, kKeyBlock);
     } else {
       // A gather's value rows arrive while the scores are computed.
-      dot_rows(q, n_rows, d, keys, block, s, kKeyBlock, block.indices ? &values : nullptr);
+      dot_rows(q, n_rows, d, keys, scored, s, kKeyBlock, block.indices ? &values : nullptr);
     }
     const int64_t n_kept = kept ? std::clamp<int64_t>(kept->count - b0, 0, block.count) : 0;
     for (int64_t r = 0; r < n_rows; ++r) {
       float* row = s + r * kKeyBlock;
       if (n_kept > 0) std::copy(row, row + n_kept, kept->data + r * kept->ld + b0);
-      const int64_t visible = limit ? count_visible(block, limit[r]) : block.count;
+      const int64_t visible = limit ? count_visible(block, limit[r]) : n_keys;
       if (visible > 0) {
         SoftmaxState& state = states[r];
         state.raise_max(std::max(state.max, max_of(row, visible)), acc + r * ld, d);
         state.sum += exp2_shift_sum(row, visible, state.max);
       }
-      std::fill(row + visible, row + block.count, 0.0f);
+      std::fill(row + visible, row + n_keys, 0.0f);
     }
     if (packed)
-      pv_packed(s, kKeyBlock, n_rows, packed->value_chunks + b0 * acc_stride(d), block.count, d,
-                acc, ld);
+      pv_packed(s, kKeyBlock, n_rows, packed->value_chunks + b0 * acc_stride(d), n_keys, d, acc,
+                ld);
     else
-      pv_direct(s, kKeyBlock, n_rows, values, block, d, acc, ld);
+      pv_direct(s, kKeyBlock, n_rows, values, scored, d, acc, ld);
   }
 }
 
