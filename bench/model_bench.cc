@@ -3,7 +3,7 @@
 // strategy. Prints one table; medians over --repeats runs.
 //
 //   model_bench [--model PATH] [--lengths 512,2048,8192] [--strategies dense,kascade]
-//               [--threads 2] [--decode-tokens 32] [--repeats 3]
+//               [--chunks 512,1024] [--threads 2] [--decode-tokens 32] [--repeats 3]
 #include <algorithm>
 #include <fstream>
 #include <random>
@@ -41,7 +41,7 @@ double median(std::vector<double> values) {
 void reset_peak_memory() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 Measurement run_once(const model::Model& model, const attention::StrategyOptions& options, int64_t length,
-                     int64_t decode_tokens, uint64_t seed) {
+                     int64_t chunk, int64_t decode_tokens, uint64_t seed) {
   const model::Config& config = model.config();
   std::mt19937_64 rng(seed);
   std::vector<int32_t> prompt(static_cast<size_t>(length));
@@ -49,7 +49,7 @@ Measurement run_once(const model::Model& model, const attention::StrategyOptions
   reset_peak_memory();
   model::Sequence seq = model.new_sequence(length + decode_tokens, attention::KvType::F16,
                                            attention::make_strategy(options, config.attention_shape()));
-  std::vector<float> logits = model.prefill(seq, prompt);
+  std::vector<float> logits = model.prefill(seq, prompt, {}, chunk);
   const model::TimeSplit prefill = seq.time;
   Measurement m;
   m.prefill_tokens_per_second = double(length) / prefill.total_seconds;
@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   std::string model_path = default_model_path();
   std::vector<int64_t> lengths = {512, 2048, 8000};
   std::vector<std::string> strategies = {"dense"};
+  std::vector<int64_t> chunks = {512};
   std::string profile_path;
   int threads = 2;
   int64_t decode_tokens = 32;
@@ -82,6 +83,10 @@ int main(int argc, char** argv) {
   app.add_option("--model", model_path)->capture_default_str();
   app.add_option("--lengths", lengths)->delimiter(',')->capture_default_str();
   app.add_option("--strategies", strategies)->delimiter(',')->capture_default_str();
+  app.add_option("--chunks", chunks, "prefill chunk sizes to compare (tokens per forward step)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--profile", profile_path, "Kascade profile (default: evenly spread anchors)");
   app.add_option("--budget", budget)->capture_default_str();
   app.add_option("--threads", threads)->capture_default_str();
@@ -96,36 +101,38 @@ int main(int argc, char** argv) {
                "{} decode tokens after the prompt\n\n",
                config.name, config.n_layers, config.n_heads, config.n_kv_heads, config.head_dim, threads, repeats,
                decode_tokens);
-    fmt::print("| {:>6} | {:<10} | {:>12} | {:>9} | {:>9} | {:>11} | {:>9} | {:>9} | {:>9} |\n", "prompt",
-               "attention", "prefill t/s", "matmul %", "attn %", "decode t/s", "matmul %", "attn %", "peak MiB");
-    fmt::print("|{:-<8}|{:-<12}|{:-<14}|{:-<11}|{:-<11}|{:-<13}|{:-<11}|{:-<11}|{:-<11}|\n", "", "", "", "", "", "",
-               "", "", "");
+    fmt::print("| {:>6} | {:>5} | {:<10} | {:>12} | {:>9} | {:>9} | {:>11} | {:>9} | {:>9} | {:>9} |\n", "prompt",
+               "chunk", "attention", "prefill t/s", "matmul %", "attn %", "decode t/s", "matmul %", "attn %", "peak MiB");
+    fmt::print("|{:-<8}|{:-<7}|{:-<12}|{:-<14}|{:-<11}|{:-<11}|{:-<13}|{:-<11}|{:-<11}|{:-<11}|\n", "", "", "", "", "",
+               "", "", "", "", "");
     for (const int64_t length : lengths) {
       if (length + decode_tokens > config.context_length)
         kascade::fail("length {} + {} decode tokens exceeds the model's context {}", length, decode_tokens,
                       config.context_length);
-      for (const std::string& name : strategies) {
-        attention::StrategyOptions options;
-        options.name = name;
-        options.budget_percent = budget;
-        if (name == "kascade" && !profile_path.empty()) {
-          options.profile = attention::load_profile(profile_path, config.attention_shape());
-          attention::check_fingerprint(*options.profile, model::weights_fingerprint(model.file()));
+      for (const int64_t chunk : chunks) {
+        for (const std::string& name : strategies) {
+          attention::StrategyOptions options;
+          options.name = name;
+          options.budget_percent = budget;
+          if (name == "kascade" && !profile_path.empty()) {
+            options.profile = attention::load_profile(profile_path, config.attention_shape());
+            attention::check_fingerprint(*options.profile, model::weights_fingerprint(model.file()));
+          }
+          std::vector<Measurement> runs;
+          for (int r = 0; r < repeats; ++r) runs.push_back(run_once(model, options, length, chunk, decode_tokens, 42 + r));
+          auto med = [&](auto field) {
+            std::vector<double> values;
+            for (const Measurement& m : runs) values.push_back(double(m.*field));
+            return median(values);
+          };
+          fmt::print("| {:>6} | {:>5} | {:<10} | {:>12.1f} | {:>9.1f} | {:>9.1f} | {:>11.1f} | {:>9.1f} | {:>9.1f} | {:>9.0f} |\n",
+                     length, chunk, name, med(&Measurement::prefill_tokens_per_second),
+                     100 * med(&Measurement::prefill_matmul_share), 100 * med(&Measurement::prefill_attention_share),
+                     med(&Measurement::decode_tokens_per_second), 100 * med(&Measurement::decode_matmul_share),
+                     100 * med(&Measurement::decode_attention_share),
+                     med(&Measurement::peak_bytes) / (1024.0 * 1024.0));
+          std::fflush(stdout);
         }
-        std::vector<Measurement> runs;
-        for (int r = 0; r < repeats; ++r) runs.push_back(run_once(model, options, length, decode_tokens, 42 + r));
-        auto med = [&](auto field) {
-          std::vector<double> values;
-          for (const Measurement& m : runs) values.push_back(double(m.*field));
-          return median(values);
-        };
-        fmt::print("| {:>6} | {:<10} | {:>12.1f} | {:>9.1f} | {:>9.1f} | {:>11.1f} | {:>9.1f} | {:>9.1f} | {:>9.0f} |\n",
-                   length, name, med(&Measurement::prefill_tokens_per_second),
-                   100 * med(&Measurement::prefill_matmul_share), 100 * med(&Measurement::prefill_attention_share),
-                   med(&Measurement::decode_tokens_per_second), 100 * med(&Measurement::decode_matmul_share),
-                   100 * med(&Measurement::decode_attention_share),
-                   med(&Measurement::peak_bytes) / (1024.0 * 1024.0));
-        std::fflush(stdout);
       }
     }
   } catch (const kascade::Error& e) {

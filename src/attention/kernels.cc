@@ -397,17 +397,19 @@ static void dot_block(const float* const (&q)[3], int d, Rows<T> keys, const Key
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;  // row 0, keys 0..3
     __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                    // row 1
     __m256 c0 = a0, c1 = a0, c2 = a0, c3 = a0;                    // row 2
+    // Three query vectors, one key vector at a time, twelve accumulators:
+    // sixteen registers (holding four keys at once spilled an accumulator).
     for (int c = 0; c < d; c += 8) {
-      const __m256 x0 = load8(k0 + c), x1 = load8(k1 + c), x2 = load8(k2 + c), x3 = load8(k3 + c);
-      __m256 y = _mm256_loadu_ps(q[0] + c);
-      a0 = _mm256_fmadd_ps(y, x0, a0), a1 = _mm256_fmadd_ps(y, x1, a1);
-      a2 = _mm256_fmadd_ps(y, x2, a2), a3 = _mm256_fmadd_ps(y, x3, a3);
-      y = _mm256_loadu_ps(q[1] + c);
-      b0 = _mm256_fmadd_ps(y, x0, b0), b1 = _mm256_fmadd_ps(y, x1, b1);
-      b2 = _mm256_fmadd_ps(y, x2, b2), b3 = _mm256_fmadd_ps(y, x3, b3);
-      y = _mm256_loadu_ps(q[2] + c);
-      c0 = _mm256_fmadd_ps(y, x0, c0), c1 = _mm256_fmadd_ps(y, x1, c1);
-      c2 = _mm256_fmadd_ps(y, x2, c2), c3 = _mm256_fmadd_ps(y, x3, c3);
+      const __m256 y0 = _mm256_loadu_ps(q[0] + c), y1 = _mm256_loadu_ps(q[1] + c),
+                   y2 = _mm256_loadu_ps(q[2] + c);
+      __m256 x = load8(k0 + c);
+      a0 = _mm256_fmadd_ps(y0, x, a0), b0 = _mm256_fmadd_ps(y1, x, b0), c0 = _mm256_fmadd_ps(y2, x, c0);
+      x = load8(k1 + c);
+      a1 = _mm256_fmadd_ps(y0, x, a1), b1 = _mm256_fmadd_ps(y1, x, b1), c1 = _mm256_fmadd_ps(y2, x, c1);
+      x = load8(k2 + c);
+      a2 = _mm256_fmadd_ps(y0, x, a2), b2 = _mm256_fmadd_ps(y1, x, b2), c2 = _mm256_fmadd_ps(y2, x, c2);
+      x = load8(k3 + c);
+      a3 = _mm256_fmadd_ps(y0, x, a3), b3 = _mm256_fmadd_ps(y1, x, b3), c3 = _mm256_fmadd_ps(y2, x, c3);
     }
     const __m128 sums[3] = {reduce4(a0, a1, a2, a3), reduce4(b0, b1, b2, b3),
                             reduce4(c0, c1, c2, c3)};
