@@ -64,6 +64,31 @@ __device__ __forceinline__ RowInfo row_info(int row, int q0, int block_queries, 
   return info;
 }
 
+// The (sequence, KV head, row block, query block) of a prefill block; the
+// grid is laid out by prefill_grid. Blocks start roughly in launch order (x
+// fastest), so heavy query blocks (causal work grows with the position) come
+// first. Head-minor (causal passes): the heads vary fastest, every head's
+// heavy blocks start in the first wave. Head-major (gathering passes): the
+// blocks of one KV head run together and all read that head's rows, most of
+// which they share in L2 (run 23).
+struct BlockWork {
+  int b = 0, kv_head = 0, row_base = 0, q_block = 0;
+};
+
+__device__ __forceinline__ BlockWork block_work(const PrefillParams& p) {
+  BlockWork work;
+  work.b = blockIdx.z;
+  work.row_base = (blockIdx.x % p.row_blocks) * kBlockRows;
+  if (p.kv_head_major) {
+    work.kv_head = blockIdx.y;
+    work.q_block = gridDim.x / p.row_blocks - 1 - blockIdx.x / p.row_blocks;
+  } else {
+    work.kv_head = blockIdx.x / p.row_blocks;
+    work.q_block = gridDim.y - 1 - blockIdx.y;
+  }
+  return work;
+}
+
 // Copies the block's query rows into a swizzled tile (zeros for padding rows).
 template <typename T, int kHeadDim, int kBlockThreads>
 __device__ __forceinline__ void load_query_rows(const T* queries, int b, int max_seq_len, int n_heads, int q0,
@@ -165,12 +190,8 @@ __global__ void __launch_bounds__(PrefillConfig<kHeadDim, kMode == PrefillMode::
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int quad_row = lane >> 2, quad_col = lane & 3;
   const int warp_row0 = warp * 16 * kRowTiles;
-  const int b = blockIdx.z;
-  const int kv_head = blockIdx.x / p.row_blocks;
-  const int row_base = (blockIdx.x % p.row_blocks) * kBlockRows;
-  // Heaviest query blocks first (causal work grows with the position); the
-  // heads vary fastest so every head's heavy blocks start in the first wave.
-  const int q_block = gridDim.y - 1 - blockIdx.y;
+  const BlockWork work = block_work(p);
+  const int b = work.b, kv_head = work.kv_head, row_base = work.row_base, q_block = work.q_block;
   const int q0 = q_block * p.block_queries;
   const int seq_len = p.seq_lens[b];
   if (q0 >= seq_len) return;
@@ -358,10 +379,8 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
   auto empty_keys = [&](int s) { return barriers + 8 * (2 * kStages + s); };
   auto empty_values = [&](int s) { return barriers + 8 * (3 * kStages + s); };
 
-  const int b = blockIdx.z;
-  const int kv_head = blockIdx.x / p.row_blocks;
-  const int row_base = (blockIdx.x % p.row_blocks) * kBlockRows;
-  const int q_block = gridDim.y - 1 - blockIdx.y;
+  const BlockWork work = block_work(p);
+  const int b = work.b, kv_head = work.kv_head, row_base = work.row_base, q_block = work.q_block;
   const int q0 = q_block * p.block_queries;
   const int seq_len = p.seq_lens[b];
   if (q0 >= seq_len) return;
@@ -1009,6 +1028,13 @@ KernelInfo configure(const void* kernel, int shared_bytes, int threads, const ch
   return made;
 }
 
+// The grid that block_work decodes.
+dim3 prefill_grid(const PrefillParams& p) {
+  const int query_blocks = (p.max_seq_len + p.block_queries - 1) / p.block_queries;
+  return p.kv_head_major ? dim3(p.row_blocks * query_blocks, p.n_kv_heads, p.batch)
+                         : dim3(p.n_kv_heads * p.row_blocks, query_blocks, p.batch);
+}
+
 template <typename T, int kHeadDim, PrefillKeys kKeys, PrefillMode kMode, int kRowTiles>
 const KernelInfo& prefill_kernel_info() {
   using Config = PrefillConfig<kHeadDim, kMode == PrefillMode::Attend, kRowTiles>;
@@ -1139,8 +1165,7 @@ void launch_wgmma_prefill(const PrefillParams& params, DType dtype, int head_dim
     hp.keys_map = kv_tensor_map(params.keys, dtype, rows);
     if (mode == PrefillMode::Attend) hp.values_map = kv_tensor_map(params.values, dtype, rows);
   }
-  const int query_blocks = (params.max_seq_len + params.block_queries - 1) / params.block_queries;
-  const dim3 grid(params.n_kv_heads * params.row_blocks, query_blocks, params.batch);
+  const dim3 grid = prefill_grid(params);
   void* arguments[] = {&hp};
   check_cuda(cudaLaunchKernel(info.kernel, grid, dim3(info.threads), arguments, info.shared_bytes, stream),
              "launch wgmma_prefill_kernel");
@@ -1190,8 +1215,7 @@ void launch_prefill_attention(const PrefillParams& params, DType dtype, int head
   }
   const KernelInfo& info = dtype == DType::F16 ? prefill_kernel_for_type<__half>(head_dim, keys, mode)
                                                : prefill_kernel_for_type<__nv_bfloat16>(head_dim, keys, mode);
-  const int query_blocks = (params.max_seq_len + params.block_queries - 1) / params.block_queries;
-  const dim3 grid(params.n_kv_heads * params.row_blocks, query_blocks, params.batch);
+  const dim3 grid = prefill_grid(params);
   void* arguments[] = {const_cast<PrefillParams*>(&params)};
   check_cuda(cudaLaunchKernel(info.kernel, grid, dim3(info.threads), arguments, info.shared_bytes, stream),
              "launch prefill_attention_kernel");
