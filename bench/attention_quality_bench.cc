@@ -18,8 +18,8 @@
 
 #include "attention/strategies.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/model_cache.h"
-#include "core/read_file.h"
 #include "model/fingerprint.h"
 #include "model/model.h"
 #include "ops/threading.h"

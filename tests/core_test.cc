@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/memory.h"
 #include "core/model_cache.h"
 #include "core/progress.h"
-#include "core/read_file.h"
 #include "core/timer.h"
 
 namespace kascade {
@@ -208,6 +208,43 @@ TEST(ReadFile, NamesTheFileAndTheReason) {
   EXPECT_EQ(read_error(missing), "cannot read prompt file '" + missing + "': No such file or directory");
   // fopen accepts a directory; the read fails.
   EXPECT_EQ(read_error(testing::TempDir()), "cannot read prompt file '" + testing::TempDir() + "': Is a directory");
+}
+
+TEST(WriteFile, ReplacesTheWholeFile) {
+  const std::string path = testing::TempDir() + "/core_test_write_file." + std::to_string(::getpid());
+  std::string bytes(200000, 'y');
+  bytes[7] = '\0';
+  write_file(path, bytes, "test file");
+  EXPECT_EQ(read_file(path, "test file"), bytes);
+  write_file(path, "short", "test file");  // a shorter file leaves no tail of the old one
+  EXPECT_EQ(read_file(path, "test file"), "short");
+  std::filesystem::remove(path);
+}
+
+std::string write_error(const std::string& path) {
+  try {
+    write_file(path, "new contents", "profile");
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "(no error)";
+}
+
+TEST(WriteFile, FailureKeepsWhatWasThereAndLeavesNoTemporary) {
+  const std::filesystem::path dir =
+      std::filesystem::path(testing::TempDir()) / ("core_test_write_dir." + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "target_is_a_directory");
+  const std::string missing_dir = (dir / "no_such_dir" / "out.json").string();
+  EXPECT_EQ(write_error(missing_dir), "cannot write profile '" + missing_dir + "': No such file or directory");
+  // The rename over a directory fails; the directory and its contents survive.
+  std::ofstream((dir / "target_is_a_directory" / "kept").string()) << "old";
+  const std::string directory_target = (dir / "target_is_a_directory").string();
+  EXPECT_EQ(write_error(directory_target), "cannot write profile '" + directory_target + "': Is a directory");
+  EXPECT_EQ(read_file((dir / "target_is_a_directory" / "kept").string(), "kept"), "old");
+  int entries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) entries += entry.exists();
+  EXPECT_EQ(entries, 1) << "a temporary file was left behind";
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

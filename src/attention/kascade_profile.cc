@@ -3,13 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "core/read_file.h"
+#include "core/file_io.h"
 
 namespace kascade::attention {
 
@@ -205,10 +204,7 @@ KascadeProfile load_profile(const std::string& path, const Shape& shape) {
 }
 
 void save_profile(const KascadeProfile& profile, const std::string& path) {
-  std::ofstream file(path);
-  if (!file) fail("cannot write profile {}", path);
-  file << profile_to_json(profile).dump(2) << "\n";
-  if (!file) fail("error writing profile {}", path);
+  write_file(path, profile_to_json(profile).dump(2) + "\n", "profile");
 }
 
 void check_fingerprint(const KascadeProfile& profile, std::string_view weights_fingerprint) {

@@ -2,7 +2,7 @@
 #include "calibration/dev_set.h"
 
 #include "core/error.h"
-#include "core/read_file.h"
+#include "core/file_io.h"
 
 namespace kascade::calibration {
 

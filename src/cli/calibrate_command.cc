@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,9 +20,9 @@
 #include "calibration/report.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/model_cache.h"
 #include "core/progress.h"
-#include "core/read_file.h"
 #include "core/timer.h"
 #include "model/model.h"
 #include "ops/threading.h"
@@ -88,12 +87,6 @@ void check_output_dir(const std::string& dir, const std::string& flag) {
   fs::create_directories(dir, error);
   if (error || !fs::is_directory(dir)) fail("{} '{}': cannot create the directory", flag, dir);
   if (access(dir.c_str(), W_OK) != 0) fail("{} '{}' is not writable", flag, dir);
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  if (!out) fail("cannot write '{}'", path);
 }
 
 void print_summary(const calibration::CalibrationResult& result, int chosen) {
@@ -168,7 +161,8 @@ void run_calibrate(const CalibrateArgs& args) {
                                         max_tokens};
   attention::save_profile(calibration::make_profile(result, options, args.choose, model, dev_set), args.out);
   if (!args.stats.empty())
-    write_text(args.stats, calibration::statistics_json(result, options, args.choose, model, dev_set).dump(2) + "\n");
+    write_file(args.stats, calibration::statistics_json(result, options, args.choose, model, dev_set).dump(2) + "\n",
+               "statistics");
   if (!args.plots.empty()) calibration::write_plots(result, options, args.choose, fs::path(args.model).stem().string(), args.plots);
 
   if (args.quiet) return;

@@ -12,14 +12,14 @@
 
 #include <fmt/format.h>
 
+#include "attention/kascade_profile.h"
 #include "attention/strategies.h"
 #include "cli/demo_prompt.h"
 #include "core/error.h"
-#include "attention/kascade_profile.h"
+#include "core/file_io.h"
 #include "core/memory.h"
 #include "core/model_cache.h"
 #include "core/progress.h"
-#include "core/read_file.h"
 #include "engine/generate.h"
 #include "model/fingerprint.h"
 #include "model/model.h"

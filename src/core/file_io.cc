@@ -1,9 +1,12 @@
-#include "core/read_file.h"
+#include "core/file_io.h"
+
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
 
 #include "core/error.h"
 
@@ -26,6 +29,22 @@ std::string read_file(const std::string& path, std::string_view what) {
   // fread sets errno on failure (POSIX), e.g. EISDIR for a directory.
   if (std::ferror(file.get())) fail("cannot read {} '{}': {}", what, path, std::strerror(errno));
   return bytes;
+}
+
+void write_file(const std::string& path, std::string_view bytes, std::string_view what) {
+  // Beside the target (rename does not cross filesystems), unique per process.
+  const std::string temporary = path + ".tmp-" + std::to_string(getpid());
+  std::string problem;
+  if (std::FILE* file = std::fopen(temporary.c_str(), "wb")) {
+    if (std::fwrite(bytes.data(), 1, bytes.size(), file) != bytes.size() || std::fflush(file) != 0)
+      problem = std::strerror(errno);
+    if (std::fclose(file) != 0 && problem.empty()) problem = std::strerror(errno);
+    if (problem.empty() && std::rename(temporary.c_str(), path.c_str()) != 0) problem = std::strerror(errno);
+    if (!problem.empty()) std::remove(temporary.c_str());
+  } else {
+    problem = std::strerror(errno);
+  }
+  if (!problem.empty()) fail("cannot write {} '{}': {}", what, path, problem);
 }
 
 }  // namespace kascade

@@ -1,5 +1,7 @@
-// Reading a whole input file (prompt, dev set, haystack corpus) with errors
-// that name it: a missing, unreadable or directory path is a one-line Error.
+// Whole-file input and output with errors that name the file: a missing,
+// unreadable or directory path is a one-line Error. Outputs are replaced
+// atomically, so a failed write (disk full, killed process) never leaves a
+// truncated file where a good one was.
 #pragma once
 
 #include <string>
@@ -10,5 +12,10 @@ namespace kascade {
 // The file's bytes. `what` names the file in errors, e.g. "prompt file":
 // "cannot read prompt file 'notes': Is a directory".
 std::string read_file(const std::string& path, std::string_view what);
+
+// Writes `bytes` to a temporary file beside `path`, then renames it over
+// `path`. On any failure the temporary is removed, `path` is untouched and an
+// Error says "cannot write <what> '<path>': <reason>".
+void write_file(const std::string& path, std::string_view bytes, std::string_view what);
 
 }  // namespace kascade

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "core/error.h"
-#include "core/read_file.h"
+#include "core/file_io.h"
 
 namespace kascade::eval {
 namespace {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "plot/plot.h"
 
 namespace kascade::eval {
@@ -91,17 +92,6 @@ std::string join(const std::vector<std::string>& items, std::string_view separat
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) out += (i ? std::string(separator) : "") + items[i];
   return out;
-}
-
-std::ofstream open_for_writing(const std::string& path) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) fail("cannot write '{}'", path);
-  return out;
-}
-
-void check_written(std::ofstream& out, const std::string& path) {
-  out.flush();
-  if (!out) fail("error writing '{}'", path);
 }
 
 // Rows of a plain table: first column left-aligned, the rest right-aligned.
@@ -284,27 +274,25 @@ void print_tables(const EvalRun& run, const Summary& s, std::FILE* out) {
 }
 
 void write_results_csv(const EvalRun& run, const std::string& path) {
-  std::ofstream out = open_for_writing(path);
-  out << "task,length,strategy,sample,status,score,prompt_tokens,seconds,nll_sum,scored_tokens,expected,output,error\n";
+  std::string out = "task,length,strategy,sample,status,score,prompt_tokens,seconds,nll_sum,scored_tokens,expected,output,error\n";
   for (const SampleResult& r : run.results)
-    out << fmt::format("{},{},{},{},{},{:.4f},{},{:.3f},{:.6f},{},{},{},{}\n", r.task, r.length, csv_field(r.strategy),
+    out += fmt::format("{},{},{},{},{},{:.4f},{},{:.3f},{:.6f},{},{},{},{}\n", r.task, r.length, csv_field(r.strategy),
                        r.index, r.status, r.score, r.prompt_tokens, r.seconds, r.nll_sum, r.scored_tokens,
                        csv_field(join(r.expected, " | ")), csv_field(r.output), csv_field(r.error));
-  check_written(out, path);
+  write_file(path, out, "results");
 }
 
 void write_summary_csv(const Summary& s, const std::string& path) {
-  std::ofstream out = open_for_writing(path);
-  out << "metric,task,strategy,length,n,failures,value,low,high,vs_dense,vs_dense_low,vs_dense_high\n";
+  std::string out = "metric,task,strategy,length,n,failures,value,low,high,vs_dense,vs_dense_low,vs_dense_high\n";
   for (const AccuracyCell& c : s.accuracy)
-    out << fmt::format("accuracy,{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f}\n", c.task,
+    out += fmt::format("accuracy,{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f}\n", c.task,
                        csv_field(c.strategy), c.length, c.samples, c.failures, c.score.mean, c.score.low, c.score.high,
                        c.vs_dense.mean, c.vs_dense.low, c.vs_dense.high);
   for (const PerplexityCell& c : s.perplexity)
-    out << fmt::format("perplexity,ppl,{},{},{},{},{:.5f},,,{:.4f},{:.4f},{:.4f}\n", csv_field(c.strategy), c.length,
+    out += fmt::format("perplexity,ppl,{},{},{},{},{:.5f},,,{:.4f},{:.4f},{:.4f}\n", csv_field(c.strategy), c.length,
                        c.documents, c.failures, c.perplexity, c.delta_percent.mean, c.delta_percent.low,
                        c.delta_percent.high);
-  check_written(out, path);
+  write_file(path, out, "summary");
 }
 
 nlohmann::json to_json(const EvalRun& run, const Summary& s) {
@@ -484,15 +472,9 @@ void write_outputs(const EvalRun& run, const Summary& summary, const std::string
   auto path = [&](const std::string& name) { return (std::filesystem::path(dir) / name).string(); };
   write_results_csv(run, path("results.csv"));
   write_summary_csv(summary, path("summary.csv"));
-  {
-    std::ofstream out = open_for_writing(path("results.json"));
-    out << to_json(run, summary).dump(1) << "\n";
-    check_written(out, path("results.json"));
-  }
+  write_file(path("results.json"), to_json(run, summary).dump(1) + "\n", "results");
   const std::vector<std::string> plots = write_plots(run, summary, dir);
-  std::ofstream out = open_for_writing(path("report.md"));
-  out << markdown_report(run, summary, plots);
-  check_written(out, path("report.md"));
+  write_file(path("report.md"), markdown_report(run, summary, plots), "report");
 }
 
 }  // namespace kascade::eval

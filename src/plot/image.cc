@@ -1,14 +1,12 @@
 // The RGB canvas behind the charts: clipped pixel writes, anti-aliased lines
 // and discs, bitmap text (font.h) and PNG output through libpng.
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 
 #include <png.h>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "plot/font.h"
 #include "plot/plot.h"
 
@@ -181,32 +179,24 @@ void Image::draw_text_vertical(int x, int y, std::string_view text, int scale, C
 }
 
 void Image::write_png(const std::string& path) const {
-  const std::string temporary_path = path + ".tmp";
-  FILE* file = std::fopen(temporary_path.c_str(), "wb");
-  if (file == nullptr) fail("cannot write PNG '{}': {}", path, std::strerror(errno));
-
   png_image image{};
   image.version = PNG_IMAGE_VERSION;
   image.width = png_uint_32(width_);
   image.height = png_uint_32(height_);
   image.format = PNG_FORMAT_RGB;
-  std::string problem;
-  if (png_image_write_to_stdio(&image, file, 0, rgb_.data(), 0, nullptr) == 0) {
-    problem = image.message;
-  } else if (std::fflush(file) != 0) {
-    problem = std::strerror(errno);
+  // First call sizes the encoded image, second encodes it.
+  png_alloc_size_t size = 0;
+  std::string encoded;
+  bool ok = png_image_write_to_memory(&image, nullptr, &size, 0, rgb_.data(), 0, nullptr) != 0;
+  if (ok) {
+    encoded.resize(size);
+    ok = png_image_write_to_memory(&image, encoded.data(), &size, 0, rgb_.data(), 0, nullptr) != 0;
   }
+  const std::string problem = ok ? "" : image.message;
   png_image_free(&image);
-  if (std::fclose(file) != 0 && problem.empty()) problem = std::strerror(errno);
-  if (!problem.empty()) {
-    std::remove(temporary_path.c_str());
-    fail("cannot write PNG '{}': {}", path, problem);
-  }
-  if (std::rename(temporary_path.c_str(), path.c_str()) != 0) {
-    const int rename_errno = errno;
-    std::remove(temporary_path.c_str());
-    fail("cannot write PNG '{}': {}", path, std::strerror(rename_errno));
-  }
+  if (!ok) fail("cannot encode PNG '{}': {}", path, problem);
+  encoded.resize(size);
+  write_file(path, encoded, "PNG");
 }
 
 }  // namespace kascade::plot
