@@ -169,7 +169,6 @@ void ExactAttention::decode_lists(const Step& step, const Unit& unit, const SetL
   const int n_sets = per_query_head ? shape_.n_heads : shape_.n_kv_heads;
   const int rows = per_query_head ? 1 : g;
   const int64_t unit_index = unit.query_offset;
-  constexpr int64_t kSplitKeys = 512;
 
   // (set, first key of the list, keys) per work item
   struct Item {
@@ -186,9 +185,10 @@ void ExactAttention::decode_lists(const Step& step, const Unit& unit, const SetL
       whole = KeyList{keys.data(), 0, int64_t(keys.size())};
     }
     if (whole.count == 0) items.push_back({set, whole});  // nothing kept: zero output
-    for (int64_t begin = 0; begin < whole.count; begin += kSplitKeys)
+    const int64_t chunk = kernels::decode_chunk_keys(whole.count);
+    for (int64_t begin = 0; begin < whole.count; begin += chunk)
       items.push_back({set, KeyList{whole.indices ? whole.indices + begin : nullptr,
-                                    whole.first + begin, std::min(kSplitKeys, whole.count - begin)}});
+                                    whole.first + begin, std::min(chunk, whole.count - begin)}});
   }
   first_item[n_sets] = int(items.size());
 

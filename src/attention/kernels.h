@@ -31,6 +31,16 @@ constexpr int64_t kKeyBlock = 256;  // keys per online-softmax block
 
 inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
+// Decode splits a key list of n keys into equal chunks of at most 512 keys,
+// attended in parallel and merged (819 kept keys: 410 + 409, not 512 + 307, so
+// threads get equal work). Dense decode, the anchor's fused dense pass and the
+// sparse passes all split this way: equal lists give equal bits.
+inline int64_t decode_chunk_keys(int64_t n) {
+  constexpr int64_t kMaxChunkKeys = 512;
+  const int64_t chunks = (n + kMaxChunkKeys - 1) / kMaxChunkKeys;
+  return chunks > 0 ? (n + chunks - 1) / chunks : 0;
+}
+
 // A 64-byte aligned float buffer that only grows (scratch reused across calls).
 class Scratch {
  public:

@@ -80,10 +80,10 @@ void DecodeScorer::score(std::span<const GroupQueries> groups,
                          PoolMode mode, Pooling pooling, float* pooled, int64_t ld, float* lse,
                          std::span<const kernels::Rows<T>> values,
                          std::span<const GroupOutput> outputs) {
-  constexpr int64_t kSplitKeys = 512;
   const int n_groups = int(groups.size());
   const int g = groups[0].group;
-  const int64_t n_splits = (n_keys + kSplitKeys - 1) / kSplitKeys;
+  const int64_t split_keys = kernels::decode_chunk_keys(n_keys);
+  const int64_t n_splits = split_keys > 0 ? (n_keys + split_keys - 1) / split_keys : 0;
   const int64_t lds = kernels::round_up(n_keys, 8);
   const int64_t lda = kernels::acc_stride(d);
   const bool post = pooling == Pooling::PostSoftmax;
@@ -112,8 +112,8 @@ void DecodeScorer::score(std::span<const GroupQueries> groups,
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < n_groups * n_splits; ++item) {
       const int h = int(item / n_splits);
-      const int64_t sp = item % n_splits, begin = sp * kSplitKeys;
-      const kernels::KeyList list{nullptr, begin, std::min(kSplitKeys, n_keys - begin)};
+      const int64_t sp = item % n_splits, begin = sp * split_keys;
+      const kernels::KeyList list{nullptr, begin, std::min(split_keys, n_keys - begin)};
       float* rows = scores + int64_t(h) * g * lds + begin;
       kernels::SoftmaxState* states = split_states_.data() + item * g;
       if (dense) {
@@ -145,8 +145,8 @@ void DecodeScorer::score(std::span<const GroupQueries> groups,
     const int64_t n_items = all_heads ? n_splits : n_groups * n_splits;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < n_items; ++item) {
-      const int64_t sp = item % n_splits, begin = sp * kSplitKeys;
-      const int64_t count = std::min(kSplitKeys, n_keys - begin);
+      const int64_t sp = item % n_splits, begin = sp * split_keys;
+      const int64_t count = std::min(split_keys, n_keys - begin);
       const int h_begin = all_heads ? 0 : int(item / n_splits);
       const int h_end = all_heads ? n_groups : h_begin + 1;
       for (int h = h_begin; h < h_end; ++h)
