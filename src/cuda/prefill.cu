@@ -358,6 +358,24 @@ __global__ void __launch_bounds__(PrefillConfig<kHeadDim, kMode == PrefillMode::
 // The Hopper core (wgmma + TMA, warp-specialised) for head_dim 128; see
 // wgmma_common.cuh for layouts. Same semantics as prefill_attention_kernel.
 
+// Copies the even or odd (`parity`) 16-byte pieces of block row `row` of a
+// Hopper query tile (zeros for a padding row). Two neighbouring threads share
+// a row, so a warp's copies read whole 32-byte sectors, and each thread
+// divides by the group size once instead of once per piece (run 26).
+template <typename T, typename Params>  // PrefillParams or TileSelectParams
+__device__ __forceinline__ void copy_query_row(const Params& p, int b, int q0, int block_queries, int kv_head,
+                                               int seq_len, int row_base, int row, int parity, uint32_t tile) {
+  const RowInfo info = row_info(row_base + row, q0, block_queries, p.group, kv_head, seq_len);
+  const bool valid = info.query >= 0;
+  const T* source = static_cast<const T*>(p.queries);
+  if (valid) source += ((int64_t(b) * p.max_seq_len + info.query) * p.n_heads + info.head) * hopper::kDim;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int chunk = 2 * i + parity;
+    cp_async_16(tile + hopper::swizzled(row, chunk, hopper::kQueryHalfBytes), source + chunk * 8, valid);
+  }
+}
+
 template <typename T, PrefillKeys kKeys, PrefillMode kMode, bool kOverlap>
 __global__ void __launch_bounds__(hopper::kThreads, 1)
     wgmma_prefill_kernel(const __grid_constant__ hopper::Params params) {
@@ -486,21 +504,16 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
   // Consumer warpgroups.
   hopper::registers_increase<kGather ? 232 : 240>();
   const int consumer = threadIdx.x - 128;  // 0..255
-  const int group = consumer >> 7;         // warpgroup: rows [64 group, 64 group + 64)
+  // Warpgroup: rows [64 group, 64 group + 64). Broadcast from lane 0 so that
+  // the compiler knows it is warp-uniform and keeps the shared addresses and
+  // descriptors derived from it in uniform registers.
+  const int group = __shfl_sync(0xffffffffu, consumer >> 7, 0);
   const int t = consumer & 127;
   const int warp = t >> 5, lane = t & 31;
   const int quad_row = lane >> 2, quad_col = lane & 3;
 
   // This warpgroup's 64 query rows.
-  for (int piece = t; piece < 64 * 16; piece += 128) {
-    const int row = 64 * group + piece / 16, chunk = piece % 16;
-    const RowInfo info = row_info(row_base + row, q0, p.block_queries, p.group, kv_head, seq_len);
-    const bool valid = info.query >= 0;
-    const T* source = static_cast<const T*>(p.queries);
-    if (valid)
-      source += ((int64_t(b) * p.max_seq_len + info.query) * p.n_heads + info.head) * hopper::kDim + chunk * 8;
-    cp_async_16(query_tile + hopper::swizzled(row, chunk, hopper::kQueryHalfBytes), source, valid);
-  }
+  copy_query_row<T>(p, b, q0, p.block_queries, kv_head, seq_len, row_base, 64 * group + (t >> 1), t & 1, query_tile);
   cp_async_commit();
   cp_async_wait<0>();
   hopper::fence_proxy_async();
@@ -512,7 +525,16 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
     rows[r] = row_info(row_base + 64 * group + 16 * warp + quad_row + 8 * r, q0, p.block_queries, p.group, kv_head,
                        seq_len);
   const int unmasked_keys = kKeys == PrefillKeys::Causal ? q0 + 1 : keys.n_selected + 1;
-  const uint32_t query_rows = query_tile + 64 * group * 128;
+  // Row r sees the keys [0, visible_keys[r]) of the list: the causal prefix
+  // up to its query, or the selected keys and its tile's keys up to its
+  // query; none for a padding row. One compare per masked score (run 26).
+  int visible_keys[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int own_keys_before = kKeys == PrefillKeys::Causal ? 0 : keys.n_selected - q0;
+    visible_keys[r] = rows[r].query < 0 ? 0 : min(keys.total, own_keys_before + rows[r].query + 1);
+  }
+  const uint64_t query_descriptor = hopper::descriptor_k_major(query_tile + 64 * group * 128);
 
   SoftmaxState state[2];
   float out[64];
@@ -524,14 +546,13 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
     const int s = c % kStages;
     hopper::barrier_wait(full_keys(s), (c / kStages) & 1);
     if constexpr (kGather) hopper::fence_proxy_async();  // rows written by cp.async, read by wgmma
+    const uint64_t key_descriptor = hopper::descriptor_k_major(key_stage(s));
     hopper::wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < hopper::kDim / 16; ++k) {
-      const uint32_t column = (k >> 2) * hopper::kQueryHalfBytes + (k & 3) * 32;
-      const uint32_t key_column = (k >> 2) * hopper::kHalfBytes + (k & 3) * 32;
-      hopper::wgmma_ss<T>(scores, hopper::descriptor_k_major(query_rows + column),
-                          hopper::descriptor_k_major(key_stage(s) + key_column), k > 0);
-    }
+    for (int k = 0; k < hopper::kDim / 16; ++k)
+      hopper::wgmma_ss<T>(
+          scores, hopper::descriptor_advance(query_descriptor, hopper::k_step_offset(k, hopper::kQueryHalfBytes)),
+          hopper::descriptor_advance(key_descriptor, hopper::k_step_offset(k, hopper::kHalfBytes)), k > 0);
     hopper::wgmma_commit();
   };
   // Mask, scale, online-softmax update; scores become probabilities
@@ -544,17 +565,13 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
   auto softmax = [&](int c, float (&scores)[64], float (&rescale)[2]) {
     const int key0 = c * kChunk;
     if (key0 + kChunk > unmasked_keys) {
+      // Score 4 j + e is key key0 + 2 quad_col + 8 j + (e & 1) of row e >> 1.
+      const int bound[2] = {visible_keys[0] - key0 - 2 * quad_col, visible_keys[1] - key0 - 2 * quad_col};
 #pragma unroll
       for (int j = 0; j < kChunk / 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const RowInfo& info = rows[e >> 1];
-          const int v = key0 + 8 * j + 2 * quad_col + (e & 1);
-          int position = v;
-          if constexpr (kKeys == PrefillKeys::Selected) position = v < keys.n_selected ? -1 : q0 + v - keys.n_selected;
-          const bool visible = info.query >= 0 && v < keys.total && position <= info.query;
-          if (!visible) scores[4 * j + e] = -INFINITY;
-        }
+        for (int e = 0; e < 4; ++e)
+          if (8 * j + (e & 1) >= bound[e >> 1]) scores[4 * j + e] = -INFINITY;
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -621,14 +638,13 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
   };
   // O += P V of chunk c (issued, not waited for; prepare_values(c) first).
   auto issue_values = [&](int c, uint32_t (&pa)[kChunk / 16][4]) {
-    const int s = c % kStages;
+    const uint64_t value_descriptor = hopper::descriptor_mn_major(value_stage(c % kStages), hopper::kHalfBytes);
     fence_fragments(pa);
     hopper::fence_registers(out);
     hopper::wgmma_fence();
 #pragma unroll
     for (int k = 0; k < kChunk / 16; ++k)
-      hopper::wgmma_rs<T>(out, pa[k], hopper::descriptor_mn_major(value_stage(s) + k * 16 * 128, hopper::kHalfBytes),
-                          1);
+      hopper::wgmma_rs<T>(out, pa[k], hopper::descriptor_advance(value_descriptor, k * 16 * 128), 1);
     hopper::wgmma_commit();
   };
   // Ping-pong (kOverlap): the two consumer warpgroups take turns issuing
@@ -899,9 +915,11 @@ __global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_
   }
   __syncthreads();
 
-  const int group = threadIdx.x >> 7, t = threadIdx.x & 127;
+  // The warpgroup, broadcast so that it counts as warp-uniform (see wgmma_prefill_kernel).
+  const int group = __shfl_sync(0xffffffffu, threadIdx.x >> 7, 0), t = threadIdx.x & 127;
   const int warp = t >> 5, lane = t & 31;
   const int quad_row = lane >> 2, quad_col = lane & 3;
+  const uint64_t query_descriptor = hopper::descriptor_k_major(query_tile);
   const int max_tiles = (p.max_seq_len + p.tile - 1) / p.tile;
   const int items = max_tiles * p.batch * p.n_kv_heads;
   float* slot = p.slots + int64_t(blockIdx.x) * p.max_seq_len;
@@ -948,15 +966,8 @@ __global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_
     for (int row_block = 0; row_block < row_blocks; ++row_block) {
       const int row_base = row_block * kBlockRows;
       __syncthreads();  // every wgmma of the previous row block has read the query tile
-      for (int piece = threadIdx.x; piece < kBlockRows * 16; piece += 256) {
-        const int row = piece / 16, chunk = piece % 16;
-        const RowInfo info = row_info(row_base + row, s, block_queries, p.group, kv_head, seq_len);
-        const bool valid = info.query >= 0;
-        const T* source = static_cast<const T*>(p.queries);
-        if (valid)
-          source += ((int64_t(b) * p.max_seq_len + info.query) * p.n_heads + info.head) * hopper::kDim + chunk * 8;
-        cp_async_16(query_tile + hopper::swizzled(row, chunk, hopper::kQueryHalfBytes), source, valid);
-      }
+      copy_query_row<T>(p, b, s, block_queries, kv_head, seq_len, row_base, threadIdx.x >> 1, threadIdx.x & 1,
+                        query_tile);
       cp_async_commit();
       if (threadIdx.x == 0) issue(0);
       // LSE (log2 units) of the 32 query rows (accumulator columns) this thread holds;
@@ -977,21 +988,32 @@ __global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_
 
       for (int c = 0; c < n_chunks; ++c) {
         if (threadIdx.x == 0 && c + 1 < n_chunks) issue(c + 1);
+        // The earlier row blocks' sums of this thread's two keys, loaded
+        // before the products so that the load's latency hides under them
+        // rather than stalling the store after them (run 26).
+        const int key0 = c * kChunk + 64 * group + 16 * warp + quad_row;  // + 8 r
+        float earlier[2] = {0.f, 0.f};
+        if (row_block > 0 && quad_col == 0) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+            if (key0 + 8 * r < s) earlier[r] = slot[key0 + 8 * r];
+        }
         const int stage = consumed % kStages;
         const uint32_t parity = (consumed / kStages) & 1;
         ++consumed;
         hopper::barrier_wait(full(stage), parity);
-        const uint32_t key_rows = stages + stage * hopper::kTileBytes + 64 * group * 128;
+        // `consumed` is per thread to the compiler: broadcast the stage so
+        // that the descriptors stay in uniform registers.
+        const uint64_t key_descriptor = hopper::descriptor_k_major(
+            stages + __shfl_sync(0xffffffffu, stage, 0) * hopper::kTileBytes + 64 * group * 128);
         float scores[64];
         hopper::named_barrier(4 + group, 256);  // ping-pong: this warpgroup's turn on the tensor cores
         hopper::wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < hopper::kDim / 16; ++kk) {
-          const uint32_t key_column = (kk >> 2) * hopper::kHalfBytes + (kk & 3) * 32;
-          const uint32_t query_column = (kk >> 2) * hopper::kQueryHalfBytes + (kk & 3) * 32;
-          hopper::wgmma_ss<T>(scores, hopper::descriptor_k_major(key_rows + key_column),
-                              hopper::descriptor_k_major(query_tile + query_column), kk > 0);
-        }
+        for (int kk = 0; kk < hopper::kDim / 16; ++kk)
+          hopper::wgmma_ss<T>(
+              scores, hopper::descriptor_advance(key_descriptor, hopper::k_step_offset(kk, hopper::kHalfBytes)),
+              hopper::descriptor_advance(query_descriptor, hopper::k_step_offset(kk, hopper::kQueryHalfBytes)), kk > 0);
         hopper::wgmma_commit();
         hopper::named_barrier_arrive(5 - group, 256);  // the other warpgroup's turn
         hopper::wgmma_wait<0>();
@@ -1007,8 +1029,7 @@ __global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_
               total += hopper::exp2_approx(fmaf(scores[4 * j + 2 * r + e], p.scale_log2, -column_lse[2 * j + e]));
           total += __shfl_xor_sync(0xffffffffu, total, 1);
           total += __shfl_xor_sync(0xffffffffu, total, 2);
-          const int key = c * kChunk + 64 * group + 16 * warp + quad_row + 8 * r;
-          if (quad_col == 0 && key < s) slot[key] = row_block == 0 ? total : slot[key] + total;
+          if (quad_col == 0 && key0 + 8 * r < s) slot[key0 + 8 * r] = row_block == 0 ? total : earlier[r] + total;
         }
       }
     }

@@ -90,6 +90,19 @@ __device__ __forceinline__ uint64_t descriptor_mn_major(uint32_t address, uint32
   return uint64_t((address & 0x3FFFF) >> 4) | (uint64_t(leading >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
          (uint64_t(1) << 62);
 }
+// The descriptor of the operand `bytes` past the one `descriptor` describes:
+// one 32-bit add on the start-address field (address >> 4 in the low 14
+// bits; shared memory ends below 256 KB, so the add never carries out of
+// it). Rebuilding every k-step's descriptors from the address cost 36-84 of
+// the 388-710 instructions of a consumer's chunk (run 26).
+__device__ __forceinline__ uint64_t descriptor_advance(uint64_t descriptor, uint32_t bytes) {
+  return (descriptor & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(descriptor) + (bytes >> 4));
+}
+// Byte offset of k-step k (16 elements) of a K-major operand stored as two
+// 64-element halves `half_bytes` apart.
+__device__ __forceinline__ uint32_t k_step_offset(int k, int half_bytes) {
+  return static_cast<uint32_t>((k >> 2) * half_bytes + (k & 3) * 32);
+}
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

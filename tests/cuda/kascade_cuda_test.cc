@@ -553,6 +553,8 @@ int main() {
     test_prefill({true, 9, 3, 64, {1100}}, small, 64);
     test_prefill({false, 8, 4, 256, {900, 450}}, standard, 64);
     test_prefill({true, 16, 1, 128, {1000}}, small, 32);  // 512-row tiles: four row blocks
+    test_prefill({false, 12, 4, 128, {700, 333}}, small, 64);  // g = 3: 192-row tiles, half a row block padding
+    test_prefill({true, 6, 2, 128, {517}}, small, 16);         // g = 3, 48-row tiles: mostly padding rows
   } catch (const std::exception& error) {
     std::printf("FAIL exception: %s\n", error.what());
     return 1;
