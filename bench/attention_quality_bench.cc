@@ -94,10 +94,8 @@ int main(int argc, char** argv) {
       attention::StrategyOptions options;
       options.name = name;
       options.budget_percent = budget;
-      if (name == "kascade" && !profile_path.empty()) {
-        options.profile = attention::load_profile(profile_path, config.attention_shape());
-        attention::check_fingerprint(*options.profile, model::weights_fingerprint(model.file()));
-      }
+      if (name == "kascade" && !profile_path.empty())
+        options.profile = model::load_checked_profile(profile_path, config.attention_shape(), model.file());
       Collector& collector = results[name];
       model::Sequence seq = model.new_sequence(
           n_tokens + decode_tokens, attention::KvType::F16,

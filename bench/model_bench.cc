@@ -97,6 +97,14 @@ int main(int argc, char** argv) {
     ops::configure_threads(threads);
     const model::Model model = model::Model::load(model_path);
     const model::Config& config = model.config();
+    std::vector<attention::StrategyOptions> strategy_options;
+    for (const std::string& name : strategies) {
+      attention::StrategyOptions& options = strategy_options.emplace_back();
+      options.name = name;
+      options.budget_percent = budget;
+      if (name == "kascade" && !profile_path.empty())
+        options.profile = model::load_checked_profile(profile_path, config.attention_shape(), model.file());
+    }
     fmt::print("model {} ({} layers, {} heads / {} KV heads, d {}), {} threads, KV f16, medians of {} runs, "
                "{} decode tokens after the prompt\n\n",
                config.name, config.n_layers, config.n_heads, config.n_kv_heads, config.head_dim, threads, repeats,
@@ -110,14 +118,7 @@ int main(int argc, char** argv) {
         kascade::fail("length {} + {} decode tokens exceeds the model's context {}", length, decode_tokens,
                       config.context_length);
       for (const int64_t chunk : chunks) {
-        for (const std::string& name : strategies) {
-          attention::StrategyOptions options;
-          options.name = name;
-          options.budget_percent = budget;
-          if (name == "kascade" && !profile_path.empty()) {
-            options.profile = attention::load_profile(profile_path, config.attention_shape());
-            attention::check_fingerprint(*options.profile, model::weights_fingerprint(model.file()));
-          }
+        for (const attention::StrategyOptions& options : strategy_options) {
           std::vector<Measurement> runs;
           for (int r = 0; r < repeats; ++r) runs.push_back(run_once(model, options, length, chunk, decode_tokens, 42 + r));
           auto med = [&](auto field) {
@@ -126,7 +127,7 @@ int main(int argc, char** argv) {
             return median(values);
           };
           fmt::print("| {:>6} | {:>5} | {:<10} | {:>12.1f} | {:>9.1f} | {:>9.1f} | {:>11.1f} | {:>9.1f} | {:>9.1f} | {:>9.0f} |\n",
-                     length, chunk, name, med(&Measurement::prefill_tokens_per_second),
+                     length, chunk, options.name, med(&Measurement::prefill_tokens_per_second),
                      100 * med(&Measurement::prefill_matmul_share), 100 * med(&Measurement::prefill_attention_share),
                      med(&Measurement::decode_tokens_per_second), 100 * med(&Measurement::decode_matmul_share),
                      100 * med(&Measurement::decode_attention_share),

@@ -177,13 +177,7 @@ attention::KascadeProfile resolve_kascade_profile(const std::string& profile_pat
                          "using evenly spread anchors\n");
     return attention::default_profile(shape);
   }
-  attention::KascadeProfile profile = attention::load_profile(path, shape);
-  try {
-    attention::check_fingerprint(profile, model::weights_fingerprint(model.file()));
-  } catch (const Error& e) {
-    fail("{}: {}", path, e.what());  // the profile may have been picked implicitly: name it
-  }
-  return profile;
+  return model::load_checked_profile(path, shape, model.file());
 }
 
 CLI::Validator count_flag(int64_t max) {

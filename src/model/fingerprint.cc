@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "core/error.h"
+
 namespace kascade::model {
 namespace {
 
@@ -40,6 +42,17 @@ std::string weights_fingerprint(const gguf::File& file) {
     hash.add(tensor.data + tensor.n_bytes - tail, tail);
   }
   return fmt::format("fnv1a64:{:016x}", hash.value());
+}
+
+attention::KascadeProfile load_checked_profile(const std::string& path, const attention::Shape& shape,
+                                               const gguf::File& file) {
+  attention::KascadeProfile profile = attention::load_profile(path, shape);
+  try {
+    attention::check_fingerprint(profile, weights_fingerprint(file));
+  } catch (const Error& e) {
+    fail("{}: {}", path, e.what());  // the profile may have been picked implicitly: name it
+  }
+  return profile;
 }
 
 }  // namespace kascade::model
