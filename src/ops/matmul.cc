@@ -27,19 +27,18 @@ constexpr int kBlock = 32;  // values per block of every legacy quant type
 // channels of LLM activations). The weight integers are widened once and
 // multiply both with madd_epi16: fewer instructions than widening every
 // weight to fp32, so the matrix-vector product gets closer to memory speed.
-// `sums` holds each block's exact fp32 activation sum, which carries the zero
-// point (Q4_0, Q5_0) and minimum (Q4_1, Q5_1) terms.
+// Each block's exact fp32 activation sum carries the zero point (Q4_0, Q5_0)
+// and minimum (Q4_1, Q5_1) terms.
 
 // Activations of one token as int16 blocks.
 struct QuantizedActivations {
   const int16_t* values;     // [n_blocks * 32]
   const int16_t* residuals;  // [n_blocks * 32], at scale / 32768
-  const float* scales;       // [n_blocks]
-  const float* sums;         // [n_blocks], exact
+  const float* scale_sums;   // [n_blocks][2]: the block's scale, its exact sum
 };
 
 void quantize_activations(const float* x, int64_t n_blocks, int16_t* values, int16_t* residuals,
-                          float* scales, float* sums) {
+                          float* scale_sums) {
   for (int64_t b = 0; b < n_blocks; ++b) {
     const float* block = x + b * kBlock;
     float max_abs = 0, sum = 0;
@@ -52,23 +51,28 @@ void quantize_activations(const float* x, int64_t n_blocks, int16_t* values, int
       // |block[j] - value * scale| <= scale / 2, so the residual fits in 16384.
       residuals[b * kBlock + j] = int16_t(std::lrint((block[j] - value * scale) * inverse * 32768.0));
     }
-    scales[b] = float(scale);
-    sums[b] = sum;
+    scale_sums[2 * b] = float(scale);
+    scale_sums[2 * b + 1] = sum;
   }
 }
 
-// 16 bytes of packed nibbles -> 32 bytes: low nibbles are values 0..15,
-// high nibbles values 16..31 (the ggml order).
-inline __m256i unpack_nibbles(const uint8_t* packed) {
+// A block's 32 small integers as bytes: values 0..15 and 16..31. Kept as two
+// halves because each is widened on its own (no 256-bit insert to undo).
+struct BlockInts {
+  __m128i low, high;
+};
+
+// 16 bytes of packed nibbles: low nibbles are values 0..15, high nibbles
+// values 16..31 (the ggml order).
+inline BlockInts unpack_nibbles(const uint8_t* packed) {
   const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
   const __m128i low_mask = _mm_set1_epi8(0x0f);
-  const __m128i low = _mm_and_si128(bytes, low_mask);
-  const __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), low_mask);
-  return _mm256_set_m128i(high, low);
+  return {_mm_and_si128(bytes, low_mask), _mm_and_si128(_mm_srli_epi16(bytes, 4), low_mask)};
 }
 
-// 32 high bits (bit j for value j) -> 32 bytes holding 0x10 where the bit is set.
-inline __m256i expand_high_bits(const uint8_t* packed_bits) {
+// 32 high bits (bit j for value j) -> 0x10 where the bit is set, or-ed into
+// the block's nibbles.
+inline BlockInts add_high_bits(BlockInts nibbles, const uint8_t* packed_bits) {
   uint32_t bits;
   std::memcpy(&bits, packed_bits, 4);
   const __m256i shuffle = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
@@ -76,89 +80,125 @@ inline __m256i expand_high_bits(const uint8_t* packed_bits) {
   const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)), shuffle);
   const __m256i bit_of_byte = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
   const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit_of_byte), bit_of_byte);
-  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+  const __m256i high_bits = _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+  return {_mm_or_si128(nibbles.low, _mm256_castsi256_si128(high_bits)),
+          _mm_or_si128(nibbles.high, _mm256_extracti128_si256(high_bits, 1))};
 }
 
-// sum_j q[j] * x[j] over one block of 32 small integers q (signed or
-// unsigned bytes) and the activation block, times `scale` (the weight scale),
-// added to acc.
+// Partial sums of one row's dot product. A row has few blocks (18 at
+// d_model 576), so with one accumulator the FMA latency set the pace; even
+// and odd blocks get their own chains. `offsets` lane 1 sums the blocks'
+// zero-point or minimum terms (lane 0 is unused).
+struct RowSums {
+  __m256 values[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  __m128 offsets[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
+
+  float total() const {
+    const __m128 offset = _mm_add_ps(offsets[0], offsets[1]);
+    return horizontal_sum(_mm256_add_ps(values[0], values[1])) + _mm_cvtss_f32(_mm_movehdup_ps(offset));
+  }
+};
+
+// Adds sum_j q[j] * x[j] over one block of 32 small integers q (signed or
+// unsigned bytes) and activation block b to chain `lane`. `factors` holds
+// the block's weight scale d and its offset factor (the minimum m, or the
+// zero point times d): lane 1 of factors * (scale, sum) is the offset term.
 template <bool kSigned>
-inline __m256 block_dot(__m256i q, const QuantizedActivations& x, int64_t b, float scale,
-                        __m256 acc) {
-  const __m128i low = _mm256_castsi256_si128(q), high = _mm256_extracti128_si256(q, 1);
-  const __m256i q_low = kSigned ? _mm256_cvtepi8_epi16(low) : _mm256_cvtepu8_epi16(low);
-  const __m256i q_high = kSigned ? _mm256_cvtepi8_epi16(high) : _mm256_cvtepu8_epi16(high);
+inline void block_dot(BlockInts q, const QuantizedActivations& x, int64_t b, __m128 factors, RowSums& sums,
+                      int lane) {
+  const __m256i q_low = kSigned ? _mm256_cvtepi8_epi16(q.low) : _mm256_cvtepu8_epi16(q.low);
+  const __m256i q_high = kSigned ? _mm256_cvtepi8_epi16(q.high) : _mm256_cvtepu8_epi16(q.high);
   auto products = [&](const int16_t* v) {
     const __m256i v_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v));
     const __m256i v_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 16));
     return _mm256_cvtepi32_ps(
         _mm256_add_epi32(_mm256_madd_epi16(q_low, v_low), _mm256_madd_epi16(q_high, v_high)));
   };
-  const float block_scale = scale * x.scales[b];
-  acc = _mm256_fmadd_ps(products(x.values + b * kBlock), _mm256_set1_ps(block_scale), acc);
-  return _mm256_fmadd_ps(products(x.residuals + b * kBlock),
-                         _mm256_set1_ps(block_scale * (1.0f / 32768.0f)), acc);
+  const __m128 scale_sum =
+      _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.scale_sums + 2 * b)));
+  const __m128 scaled = _mm_mul_ps(factors, scale_sum);  // (d * scale, offset factor * sum)
+  sums.offsets[lane] = _mm_add_ps(sums.offsets[lane], scaled);
+  const __m256 block = _mm256_fmadd_ps(products(x.residuals + b * kBlock), _mm256_set1_ps(1.0f / 32768.0f),
+                                       products(x.values + b * kBlock));
+  sums.values[lane] = _mm256_fmadd_ps(block, _mm256_broadcastss_ps(scaled), sums.values[lane]);
 }
 
-inline float half_at(const uint8_t* p) {
+// Runs block(b, lane) over a row's blocks, alternating the two chains;
+// unrolled so that each chain stays in registers.
+template <typename Block>
+inline void for_each_block(int64_t n_blocks, Block&& block) {
+  int64_t b = 0;
+  for (; b + 1 < n_blocks; b += 2) {
+    block(b, 0);
+    block(b + 1, 1);
+  }
+  if (b < n_blocks) block(b, 0);
+}
+
+// Block factors (d, m) from a block that starts with fp16 d and m.
+inline __m128 scale_and_min_at(const uint8_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128(int(bits)));  // F16C
+}
+
+// Block factors (d, zero_point * d) from a block that starts with fp16 d.
+inline __m128 scale_at(const uint8_t* p, float zero_point) {
   uint16_t bits;
   std::memcpy(&bits, p, 2);
-  return _cvtsh_ss(bits);  // F16C
+  const float d = _cvtsh_ss(bits);
+  return _mm_setr_ps(d, zero_point * d, 0.0f, 0.0f);
 }
 
 // Layouts (ggml): Q4_0 {d, qs[16]}, Q4_1 {d, m, qs[16]}, Q5_0 {d, qh[4], qs[16]},
 // Q5_1 {d, m, qh[4], qs[16]}, Q8_0 {d, qs[32]}; d and m fp16.
 float dot_q4_0(const uint8_t* row, const QuantizedActivations& x, int64_t n_blocks) {
-  __m256 acc = _mm256_setzero_ps();
-  float offset = 0;
-  for (int64_t b = 0; b < n_blocks; ++b, row += 18) {
-    const float d = half_at(row);
-    acc = block_dot<false>(unpack_nibbles(row + 2), x, b, d, acc);
-    offset -= 8.0f * d * x.sums[b];
-  }
-  return horizontal_sum(acc) + offset;
+  RowSums sums;
+  for_each_block(n_blocks, [&](int64_t b, int lane) {
+    const uint8_t* block = row + b * 18;
+    block_dot<false>(unpack_nibbles(block + 2), x, b, scale_at(block, -8.0f), sums, lane);
+  });
+  return sums.total();
 }
 
 float dot_q4_1(const uint8_t* row, const QuantizedActivations& x, int64_t n_blocks) {
-  __m256 acc = _mm256_setzero_ps();
-  float offset = 0;
-  for (int64_t b = 0; b < n_blocks; ++b, row += 20) {
-    acc = block_dot<false>(unpack_nibbles(row + 4), x, b, half_at(row), acc);
-    offset += half_at(row + 2) * x.sums[b];
-  }
-  return horizontal_sum(acc) + offset;
+  RowSums sums;
+  for_each_block(n_blocks, [&](int64_t b, int lane) {
+    const uint8_t* block = row + b * 20;
+    block_dot<false>(unpack_nibbles(block + 4), x, b, scale_and_min_at(block), sums, lane);
+  });
+  return sums.total();
 }
 
 float dot_q5_0(const uint8_t* row, const QuantizedActivations& x, int64_t n_blocks) {
-  __m256 acc = _mm256_setzero_ps();
-  float offset = 0;
-  for (int64_t b = 0; b < n_blocks; ++b, row += 22) {
-    const float d = half_at(row);
-    const __m256i q = _mm256_or_si256(unpack_nibbles(row + 6), expand_high_bits(row + 2));
-    acc = block_dot<false>(q, x, b, d, acc);
-    offset -= 16.0f * d * x.sums[b];
-  }
-  return horizontal_sum(acc) + offset;
+  RowSums sums;
+  for_each_block(n_blocks, [&](int64_t b, int lane) {
+    const uint8_t* block = row + b * 22;
+    const BlockInts q = add_high_bits(unpack_nibbles(block + 6), block + 2);
+    block_dot<false>(q, x, b, scale_at(block, -16.0f), sums, lane);
+  });
+  return sums.total();
 }
 
 float dot_q5_1(const uint8_t* row, const QuantizedActivations& x, int64_t n_blocks) {
-  __m256 acc = _mm256_setzero_ps();
-  float offset = 0;
-  for (int64_t b = 0; b < n_blocks; ++b, row += 24) {
-    const __m256i q = _mm256_or_si256(unpack_nibbles(row + 8), expand_high_bits(row + 4));
-    acc = block_dot<false>(q, x, b, half_at(row), acc);
-    offset += half_at(row + 2) * x.sums[b];
-  }
-  return horizontal_sum(acc) + offset;
+  RowSums sums;
+  for_each_block(n_blocks, [&](int64_t b, int lane) {
+    const uint8_t* block = row + b * 24;
+    const BlockInts q = add_high_bits(unpack_nibbles(block + 8), block + 4);
+    block_dot<false>(q, x, b, scale_and_min_at(block), sums, lane);
+  });
+  return sums.total();
 }
 
 float dot_q8_0(const uint8_t* row, const QuantizedActivations& x, int64_t n_blocks) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n_blocks; ++b, row += 34) {
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2));
-    acc = block_dot<true>(q, x, b, half_at(row), acc);
-  }
-  return horizontal_sum(acc);
+  RowSums sums;
+  for_each_block(n_blocks, [&](int64_t b, int lane) {
+    const uint8_t* block = row + b * 34;
+    const BlockInts q{_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2)),
+                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 18))};
+    block_dot<true>(q, x, b, scale_at(block, 0.0f), sums, lane);
+  });
+  return sums.total();
 }
 
 using BlockDot = float (*)(const uint8_t*, const QuantizedActivations&, int64_t);
@@ -183,11 +223,10 @@ constexpr int64_t kPrefetchRows = 4;
 void matvec_blocks(const Weight& w, BlockDot dot, const float* in, int64_t n_tokens, float* out) {
   const int64_t n_blocks = w.cols / kBlock;
   std::vector<int16_t> values(size_t(n_tokens * w.cols)), residuals(values.size());
-  std::vector<float> scales(size_t(n_tokens * n_blocks)), sums(scales.size());
+  std::vector<float> scale_sums(size_t(n_tokens * n_blocks * 2));
   for (int64_t t = 0; t < n_tokens; ++t)
     quantize_activations(in + t * w.cols, n_blocks, values.data() + t * w.cols,
-                         residuals.data() + t * w.cols, scales.data() + t * n_blocks,
-                         sums.data() + t * n_blocks);
+                         residuals.data() + t * w.cols, scale_sums.data() + t * n_blocks * 2);
   const int64_t n_tasks = (w.rows + kRowsPerTask - 1) / kRowsPerTask;
 #pragma omp parallel for schedule(static)
   for (int64_t task = 0; task < n_tasks; ++task) {
@@ -199,7 +238,7 @@ void matvec_blocks(const Weight& w, BlockDot dot, const float* in, int64_t n_tok
           _mm_prefetch(reinterpret_cast<const char*>(w.row(r + kPrefetchRows) + byte), _MM_HINT_T0);
       for (int64_t t = 0; t < n_tokens; ++t) {
         const QuantizedActivations x{values.data() + t * w.cols, residuals.data() + t * w.cols,
-                                     scales.data() + t * n_blocks, sums.data() + t * n_blocks};
+                                     scale_sums.data() + t * n_blocks * 2};
         out[t * w.rows + r] = dot(w.row(r), x, n_blocks);
       }
     }
