@@ -1,7 +1,7 @@
-// The elementwise steps added for Gemma against double-precision formulas:
-// GELU (tanh approximation) times the up projection, over a dense sweep and
-// at extremes (the vector path's exponential clamps there), with counts off
-// the vector width; the logit soft cap; scaling.
+// The elementwise steps against double-precision formulas: SiLU (Llama,
+// Qwen) and GELU (tanh approximation, Gemma) times the up projection, over a
+// dense sweep and at extremes (the vector path's exponential clamps there),
+// with counts off the vector width; the logit soft cap; scaling.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,8 +21,8 @@ double gelu_tanh_reference(double x) {
   return u < -1 ? x / (1.0 + std::exp(-2.0 * u)) : 0.5 * x * (1.0 + std::tanh(u));
 }
 
-TEST(Elementwise, GeluTanhMultiplyMatchesTheFormula) {
-  std::vector<float> x, up;
+// A dense sweep over [-20, 20] plus extremes, and up-projection values.
+void sweep_inputs(std::vector<float>& x, std::vector<float>& up) {
   for (int i = -40000; i <= 40000; ++i) {
     x.push_back(float(i) / 2000.0f);  // [-20, 20]
     up.push_back(1.0f + float(i % 7) / 8.0f);
@@ -31,6 +31,29 @@ TEST(Elementwise, GeluTanhMultiplyMatchesTheFormula) {
     x.push_back(extreme);
     up.push_back(0.5f);
   }
+}
+
+TEST(Elementwise, SiluMultiplyMatchesTheFormula) {
+  std::vector<float> x, up;
+  sweep_inputs(x, up);
+  for (const size_t count : {x.size(), size_t(13), size_t(7)}) {  // vector body and scalar tail
+    std::vector<float> gate(x.begin(), x.begin() + long(count));
+    silu_multiply(gate.data(), up.data(), int64_t(count));
+    for (size_t i = 0; i < count; ++i) {
+      const double want = double(x[i]) / (1.0 + std::exp(-double(x[i]))) * up[i];
+      // A few ulps for the exponential, the division and the product, and a
+      // floor where the true result underflows (x << 0, where the vector
+      // exponential clamps its argument at 88).
+      const double allowed = 6e-7 * std::abs(want) + 1e-30 * std::abs(double(x[i]));
+      ASSERT_TRUE(std::isfinite(gate[i])) << "x = " << x[i];
+      EXPECT_LE(std::abs(double(gate[i]) - want), allowed) << "x = " << x[i] << ": " << gate[i] << " vs " << want;
+    }
+  }
+}
+
+TEST(Elementwise, GeluTanhMultiplyMatchesTheFormula) {
+  std::vector<float> x, up;
+  sweep_inputs(x, up);
   for (const size_t count : {x.size(), size_t(13), size_t(7)}) {  // vector body and scalar tail
     std::vector<float> gate(x.begin(), x.begin() + long(count));
     gelu_tanh_multiply(gate.data(), up.data(), int64_t(count));
