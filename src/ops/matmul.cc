@@ -78,33 +78,37 @@ void quantize_activations(const float* x, int64_t n_blocks, int16_t* values, int
   }
 }
 
-// A block's 32 small integers as bytes: values 0..15 and 16..31. Kept as two
-// halves because each is widened on its own (no 256-bit insert to undo).
-struct BlockInts {
-  __m128i low, high;
+// A block's 32 small integers as int16: values 0..15 and 16..31, the
+// operands of madd_epi16.
+struct BlockWords {
+  __m256i low, high;
 };
 
 // 16 bytes of packed nibbles: low nibbles are values 0..15, high nibbles
-// values 16..31 (the ggml order).
-inline BlockInts unpack_nibbles(const uint8_t* packed) {
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
-  const __m128i low_mask = _mm_set1_epi8(0x0f);
-  return {_mm_and_si128(bytes, low_mask), _mm_and_si128(_mm_srli_epi16(bytes, 4), low_mask)};
+// values 16..31 (the ggml order). Widened to 16-bit words first, so a word's
+// high nibble is one shift away: three instructions for the 32 values.
+inline BlockWords unpack_nibbles(const uint8_t* packed) {
+  const __m256i words = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed)));
+  return {_mm256_and_si256(words, _mm256_set1_epi16(0x0f)), _mm256_srli_epi16(words, 4)};
 }
 
-// 32 high bits (bit j for value j) -> 0x10 where the bit is set, or-ed into
-// the block's nibbles.
-inline BlockInts add_high_bits(BlockInts nibbles, const uint8_t* packed_bits) {
+// 32 signed bytes.
+inline BlockWords widen_bytes(const uint8_t* bytes) {
+  return {_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes))),
+          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + 16)))};
+}
+
+// Adds 16 to value j where bit j of the 32 high bits is set (Q5 formats).
+inline BlockWords add_high_bits(BlockWords nibbles, const uint8_t* packed_bits) {
   uint32_t bits;
   std::memcpy(&bits, packed_bits, 4);
-  const __m256i shuffle = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                            0x0101010101010101, 0x0000000000000000);
-  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)), shuffle);
-  const __m256i bit_of_byte = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
-  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit_of_byte), bit_of_byte);
-  const __m256i high_bits = _mm256_and_si256(set, _mm256_set1_epi8(0x10));
-  return {_mm_or_si128(nibbles.low, _mm256_castsi256_si128(high_bits)),
-          _mm_or_si128(nibbles.high, _mm256_extracti128_si256(high_bits, 1))};
+  const __m256i bit_of_word = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192,
+                                                 16384, int16_t(0x8000));
+  auto sixteens = [&](uint32_t half) {
+    const __m256i set = _mm256_and_si256(_mm256_set1_epi16(int16_t(half)), bit_of_word);
+    return _mm256_and_si256(_mm256_cmpeq_epi16(set, bit_of_word), _mm256_set1_epi16(16));
+  };
+  return {_mm256_or_si256(nibbles.low, sixteens(bits & 0xffff)), _mm256_or_si256(nibbles.high, sixteens(bits >> 16))};
 }
 
 // Partial sums of one row's dot product. A row has few blocks (18 at
@@ -121,20 +125,17 @@ struct RowSums {
   }
 };
 
-// Adds sum_j q[j] * x[j] over one block of 32 small integers q (signed or
-// unsigned bytes) and activation block b to chain `lane`. `factors` holds
+// Adds sum_j q[j] * x[j] over one block of 32 small integers q and
+// activation block b to chain `lane`. `factors` holds
 // the block's weight scale d and its offset factor (the minimum m, or the
 // zero point times d): lane 1 of factors * (scale, sum) is the offset term.
-template <bool kSigned>
-inline void block_dot(BlockInts q, const QuantizedActivations& x, int64_t b, __m128 factors, RowSums& sums,
+inline void block_dot(BlockWords q, const QuantizedActivations& x, int64_t b, __m128 factors, RowSums& sums,
                       int lane) {
-  const __m256i q_low = kSigned ? _mm256_cvtepi8_epi16(q.low) : _mm256_cvtepu8_epi16(q.low);
-  const __m256i q_high = kSigned ? _mm256_cvtepi8_epi16(q.high) : _mm256_cvtepu8_epi16(q.high);
   auto products = [&](const int16_t* v) {
     const __m256i v_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v));
     const __m256i v_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 16));
     return _mm256_cvtepi32_ps(
-        _mm256_add_epi32(_mm256_madd_epi16(q_low, v_low), _mm256_madd_epi16(q_high, v_high)));
+        _mm256_add_epi32(_mm256_madd_epi16(q.low, v_low), _mm256_madd_epi16(q.high, v_high)));
   };
   const __m128 scale_sum =
       _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.scale_sums + 2 * b)));
@@ -178,7 +179,7 @@ float dot_q4_0(const uint8_t* row, const QuantizedActivations& x, int64_t n_bloc
   RowSums sums;
   for_each_block(n_blocks, [&](int64_t b, int lane) {
     const uint8_t* block = row + b * 18;
-    block_dot<false>(unpack_nibbles(block + 2), x, b, scale_at(block, -8.0f), sums, lane);
+    block_dot(unpack_nibbles(block + 2), x, b, scale_at(block, -8.0f), sums, lane);
   });
   return sums.total();
 }
@@ -187,7 +188,7 @@ float dot_q4_1(const uint8_t* row, const QuantizedActivations& x, int64_t n_bloc
   RowSums sums;
   for_each_block(n_blocks, [&](int64_t b, int lane) {
     const uint8_t* block = row + b * 20;
-    block_dot<false>(unpack_nibbles(block + 4), x, b, scale_and_min_at(block), sums, lane);
+    block_dot(unpack_nibbles(block + 4), x, b, scale_and_min_at(block), sums, lane);
   });
   return sums.total();
 }
@@ -196,8 +197,8 @@ float dot_q5_0(const uint8_t* row, const QuantizedActivations& x, int64_t n_bloc
   RowSums sums;
   for_each_block(n_blocks, [&](int64_t b, int lane) {
     const uint8_t* block = row + b * 22;
-    const BlockInts q = add_high_bits(unpack_nibbles(block + 6), block + 2);
-    block_dot<false>(q, x, b, scale_at(block, -16.0f), sums, lane);
+    const BlockWords q = add_high_bits(unpack_nibbles(block + 6), block + 2);
+    block_dot(q, x, b, scale_at(block, -16.0f), sums, lane);
   });
   return sums.total();
 }
@@ -206,8 +207,8 @@ float dot_q5_1(const uint8_t* row, const QuantizedActivations& x, int64_t n_bloc
   RowSums sums;
   for_each_block(n_blocks, [&](int64_t b, int lane) {
     const uint8_t* block = row + b * 24;
-    const BlockInts q = add_high_bits(unpack_nibbles(block + 8), block + 4);
-    block_dot<false>(q, x, b, scale_and_min_at(block), sums, lane);
+    const BlockWords q = add_high_bits(unpack_nibbles(block + 8), block + 4);
+    block_dot(q, x, b, scale_and_min_at(block), sums, lane);
   });
   return sums.total();
 }
@@ -216,9 +217,7 @@ float dot_q8_0(const uint8_t* row, const QuantizedActivations& x, int64_t n_bloc
   RowSums sums;
   for_each_block(n_blocks, [&](int64_t b, int lane) {
     const uint8_t* block = row + b * 34;
-    const BlockInts q{_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2)),
-                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 18))};
-    block_dot<true>(q, x, b, scale_at(block, 0.0f), sums, lane);
+    block_dot(widen_bytes(block + 2), x, b, scale_at(block, 0.0f), sums, lane);
   });
   return sums.total();
 }
