@@ -33,46 +33,51 @@ void sweep_inputs(std::vector<float>& x, std::vector<float>& up) {
   }
 }
 
-TEST(Elementwise, SiluMultiplyMatchesTheFormula) {
+// Runs `multiply` over the sweep (whole, and two counts that leave a scalar
+// tail) and checks every output against want(x, up) within allowed(x, want);
+// `worst` gets the whole sweep's worst relative error.
+template <typename Multiply, typename Want, typename Allowed>
+void check_against_formula(Multiply multiply, Want want_of, Allowed allowed_of, double* worst) {
   std::vector<float> x, up;
   sweep_inputs(x, up);
   for (const size_t count : {x.size(), size_t(13), size_t(7)}) {  // vector body and scalar tail
     std::vector<float> gate(x.begin(), x.begin() + long(count));
-    silu_multiply(gate.data(), up.data(), int64_t(count));
+    multiply(gate.data(), up.data(), int64_t(count));
     for (size_t i = 0; i < count; ++i) {
-      const double want = double(x[i]) / (1.0 + std::exp(-double(x[i]))) * up[i];
-      // A few ulps for the exponential, the division and the product, and a
-      // floor where the true result underflows (x << 0, where the vector
-      // exponential clamps its argument at 88).
-      const double allowed = 6e-7 * std::abs(want) + 1e-30 * std::abs(double(x[i]));
+      const double want = want_of(double(x[i])) * up[i];
+      const double error = std::abs(double(gate[i]) - want);
       ASSERT_TRUE(std::isfinite(gate[i])) << "x = " << x[i];
-      EXPECT_LE(std::abs(double(gate[i]) - want), allowed) << "x = " << x[i] << ": " << gate[i] << " vs " << want;
+      EXPECT_LE(error, allowed_of(double(x[i]), want)) << "x = " << x[i] << ": " << gate[i] << " vs " << want;
+      if (count == x.size()) *worst = std::max(*worst, error / std::max(std::abs(want), 1e-6));
     }
   }
 }
 
+TEST(Elementwise, SiluMultiplyMatchesTheFormula) {
+  double worst = 0;
+  check_against_formula(
+      silu_multiply, [](double x) { return x / (1.0 + std::exp(-x)); },
+      // A few ulps for the exponential, the division and the product, and a
+      // floor where the true result underflows (x << 0, where the vector
+      // exponential clamps its argument at 88).
+      [](double x, double want) { return 6e-7 * std::abs(want) + 1e-30 * std::abs(x); }, &worst);
+  std::printf("silu_multiply: worst relative error %.3g\n", worst);
+}
+
 TEST(Elementwise, GeluTanhMultiplyMatchesTheFormula) {
-  std::vector<float> x, up;
-  sweep_inputs(x, up);
-  for (const size_t count : {x.size(), size_t(13), size_t(7)}) {  // vector body and scalar tail
-    std::vector<float> gate(x.begin(), x.begin() + long(count));
-    gelu_tanh_multiply(gate.data(), up.data(), int64_t(count));
-    double worst = 0;
-    for (size_t i = 0; i < count; ++i) {
-      const double want = gelu_tanh_reference(x[i]) * up[i];
-      const double error = std::abs(double(gate[i]) - want);
+  double worst = 0;
+  check_against_formula(
+      gelu_tanh_multiply, gelu_tanh_reference,
       // Computing -2u in float costs up to four roundings (2.4e-7 relative),
       // which e^(-2u) turns into 2.4e-7 |2u| relative error; plus a few ulps
       // for the exponential and the division, and a floor where the true
       // result underflows (x << 0).
-      const double u = std::sqrt(2.0 / M_PI) * (x[i] + 0.044715 * double(x[i]) * x[i] * x[i]);
-      const double allowed = (2.4e-7 * std::abs(2 * u) + 4.8e-7) * std::abs(want) + 1e-30 * std::abs(double(x[i]));
-      ASSERT_TRUE(std::isfinite(gate[i])) << "x = " << x[i];
-      EXPECT_LE(error, allowed) << "x = " << x[i] << ": " << gate[i] << " vs " << want;
-      worst = std::max(worst, error / std::max(std::abs(want), 1e-6));
-    }
-    if (count == x.size()) std::printf("gelu_tanh_multiply: worst relative error %.3g\n", worst);
-  }
+      [](double x, double want) {
+        const double u = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+        return (2.4e-7 * std::abs(2 * u) + 4.8e-7) * std::abs(want) + 1e-30 * std::abs(x);
+      },
+      &worst);
+  std::printf("gelu_tanh_multiply: worst relative error %.3g\n", worst);
 }
 
 TEST(Elementwise, SoftCapAndScale) {

@@ -55,30 +55,41 @@ inline float gelu_tanh(float x) {
 
 }  // namespace
 
-void silu_multiply(float* gate, const float* up, int64_t count) {
+namespace {
+
+// gate[i] = activation(gate[i]) * up[i]: eight at a time, then the tail.
+template <typename Vector, typename Scalar>
+void activation_times_up(float* gate, const float* up, int64_t count, Vector activation, Scalar scalar_activation) {
   const int64_t vector_end = count / 8 * 8;
 #pragma omp parallel for schedule(static) if (count > 65536)
-  for (int64_t i = 0; i < vector_end; i += 8) {
-    const __m256 x = _mm256_loadu_ps(gate + i);
-    const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), x));
-    const __m256 silu = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-    _mm256_storeu_ps(gate + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
-  }
-  for (int64_t i = vector_end; i < count; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  for (int64_t i = 0; i < vector_end; i += 8)
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(activation(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
+  for (int64_t i = vector_end; i < count; ++i) gate[i] = scalar_activation(gate[i]) * up[i];
+}
+
+}  // namespace
+
+void silu_multiply(float* gate, const float* up, int64_t count) {
+  activation_times_up(
+      gate, up, count,
+      [](__m256 x) {
+        const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+      },
+      [](float x) { return x / (1.0f + std::exp(-x)); });
 }
 
 void gelu_tanh_multiply(float* gate, const float* up, int64_t count) {
-  const int64_t vector_end = count / 8 * 8;
-#pragma omp parallel for schedule(static) if (count > 65536)
-  for (int64_t i = 0; i < vector_end; i += 8) {
-    const __m256 x = _mm256_loadu_ps(gate + i);
-    const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
-    const __m256 u = _mm256_mul_ps(_mm256_set1_ps(kGeluTanhScale), _mm256_fmadd_ps(_mm256_set1_ps(kGeluCubic), x3, x));
-    const __m256 e = exp_ps(_mm256_mul_ps(_mm256_set1_ps(-2.0f), u));
-    const __m256 gelu = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-    _mm256_storeu_ps(gate + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(up + i)));
-  }
-  for (int64_t i = vector_end; i < count; ++i) gate[i] = gelu_tanh(gate[i]) * up[i];
+  activation_times_up(
+      gate, up, count,
+      [](__m256 x) {
+        const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+        const __m256 u =
+            _mm256_mul_ps(_mm256_set1_ps(kGeluTanhScale), _mm256_fmadd_ps(_mm256_set1_ps(kGeluCubic), x3, x));
+        const __m256 e = exp_ps(_mm256_mul_ps(_mm256_set1_ps(-2.0f), u));
+        return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+      },
+      gelu_tanh);
 }
 
 void scale(float* x, float factor, int64_t count) {
