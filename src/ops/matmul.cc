@@ -64,12 +64,13 @@ void quantize_activations(const float* x, int64_t n_blocks, int16_t* values, int
     const float scale = largest / 32767.0f;
     const __m256 inverse = _mm256_set1_ps(largest > 0 ? 1.0f / scale : 0.0f);
     const __m256 scale_v = _mm256_set1_ps(scale);
+    const __m256 residual_inverse = _mm256_mul_ps(inverse, _mm256_set1_ps(32768.0f));
     __m256i rounded[4], residual[4];
     for (int i = 0; i < 4; ++i) {
       const __m256 value = _mm256_round_ps(_mm256_mul_ps(v[i], inverse), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       rounded[i] = _mm256_cvtps_epi32(value);  // |value| <= 32767
       const __m256 remainder = _mm256_fnmadd_ps(value, scale_v, v[i]);  // |remainder| <= scale / 2
-      residual[i] = _mm256_cvtps_epi32(_mm256_mul_ps(remainder, _mm256_mul_ps(inverse, _mm256_set1_ps(32768.0f))));
+      residual[i] = _mm256_cvtps_epi32(_mm256_mul_ps(remainder, residual_inverse));
     }
     store_int16(values + b * kBlock, rounded[0], rounded[1], rounded[2], rounded[3]);
     store_int16(residuals + b * kBlock, residual[0], residual[1], residual[2], residual[3]);
