@@ -86,16 +86,16 @@ struct KeyList {
 };
 
 // ---------------------------------------------------------------------------
-// exp2 for 8 floats: exact to about 2 ulp; arguments below -126 give 0 (so
-// masked scores of -inf vanish), NaN stays NaN.
+// exp2 for 8 floats x <= 0, the arguments of a softmax (score - max or
+// score - lse): relative error under 2 ulp; x below -126 gives 0 (so masked
+// scores of -inf vanish), NaN stays NaN. Positive x are not supported.
 inline __m256 exp2_ps(__m256 x) {
-  const __m256 clamped = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-127.0f)),
-                                       _mm256_set1_ps(127.0f));
+  // max_ps returns its second operand when one is NaN: NaN passes through.
+  const __m256 clamped = _mm256_max_ps(_mm256_set1_ps(-127.0f), x);
   const __m256 n = _mm256_round_ps(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(clamped, n);  // [-0.5, 0.5]
-  // 2^f = e^(f ln2): Taylor terms (ln2)^k / k!, k <= 7 (remainder < 4e-9).
-  __m256 p = _mm256_set1_ps(1.5252733804059841e-05f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.5403530393381606e-04f));
+  // 2^f = e^(f ln2): Taylor terms (ln2)^k / k!, k <= 6 (remainder < 1.2e-7).
+  __m256 p = _mm256_set1_ps(1.5403530393381606e-04f);
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428441e-03f));
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076284770e-03f));
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108664821576e-02f));
@@ -105,8 +105,7 @@ inline __m256 exp2_ps(__m256 x) {
   const __m256i bits =
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   const __m256 result = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-  const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
-  return _mm256_andnot_ps(underflow, result);
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_LT_OQ), result);
 }
 
 inline float exp2_scalar(float x) {
