@@ -82,7 +82,7 @@ TEST_F(KascadeModel, FullBudgetEqualsDense) {
 }
 
 TEST_F(KascadeModel, TenPercentStaysCloseToDense) {
-  for (const std::string& name : {"kascade", "oracle-topk", "streaming", "quest", "omnikv", "lessismore"}) {
+  for (const char* name : {"kascade", "oracle-topk", "streaming", "quest", "omnikv", "lessismore"}) {
     attention::StrategyOptions options;
     options.name = name;
     options.budget_percent = 10;
