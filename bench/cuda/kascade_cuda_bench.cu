@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/kascade_cuda.h"
@@ -85,13 +86,22 @@ T* device_alloc(int64_t count) {
 // timed in a process of its own.
 class KvArena {
  public:
-  static KvArena& get() {
-    static KvArena arena;
-    return arena;
+  // Reserves `bytes`, or nothing with KASCADE_BENCH_ARENA=0 (allocate per shape).
+  explicit KvArena(size_t bytes) {
+    const char* flag = std::getenv("KASCADE_BENCH_ARENA");
+    if (flag && std::string(flag) == "0") return;
+    size_ = bytes;
+    CHECK(cudaMalloc(&base_, size_));
   }
+  ~KvArena() {
+    if (base_) cudaFree(base_);
+  }
+  KvArena(const KvArena&) = delete;
+  KvArena& operator=(const KvArena&) = delete;
+
   bool enabled() const { return base_ != nullptr; }
   uint16_t* take(int64_t count) {
-    const size_t bytes = (size_t(count) * sizeof(uint16_t) + 255) / 256 * 256;
+    const size_t bytes = padded_bytes(count);
     if (used_ + bytes > size_) {
       std::fprintf(stderr, "bench: KV arena of %zu bytes is too small\n", size_);
       std::exit(1);
@@ -101,14 +111,9 @@ class KvArena {
     return pointer;
   }
   void reset() { used_ = 0; }
+  static size_t padded_bytes(int64_t count) { return (size_t(count) * sizeof(uint16_t) + 255) / 256 * 256; }
 
  private:
-  KvArena() {
-    const char* flag = std::getenv("KASCADE_BENCH_ARENA");
-    if (flag && std::string(flag) == "0") return;
-    size_ = size_t(2) * 64 * 8 * 131072 * 128 * sizeof(uint16_t);  // K and V of the largest decode shape
-    CHECK(cudaMalloc(&base_, size_));
-  }
   char* base_ = nullptr;
   size_t size_ = 0, used_ = 0;
 };
@@ -196,10 +201,13 @@ void emit(const char* section, const Shape& s, const char* impl, double ms, doub
   std::fflush(stdout);
 }
 
-void bench_decode(const Shape& s, const kc::Budget& budget, Timer& timer, int reps, bool with_top_k) {
-  const int64_t kv = int64_t(s.batch) * s.n_kv_heads * s.seq_len * s.head_dim;
+// Elements of the keys (or of the values) of a decode shape.
+int64_t decode_kv_elements(const Shape& s) { return int64_t(s.batch) * s.n_kv_heads * s.seq_len * s.head_dim; }
+
+void bench_decode(const Shape& s, const kc::Budget& budget, Timer& timer, KvArena& arena, int reps,
+                  bool with_top_k) {
+  const int64_t kv = decode_kv_elements(s);
   const int64_t q = int64_t(s.batch) * s.n_heads * s.head_dim;
-  KvArena& arena = KvArena::get();
   arena.reset();
   uint16_t* keys = arena.enabled() ? arena.take(kv) : device_alloc<uint16_t>(kv);
   uint16_t* values = arena.enabled() ? arena.take(kv) : device_alloc<uint16_t>(kv);
@@ -396,17 +404,28 @@ int main(int argc, char** argv) {
     const int only_n = only ? std::atoi(only) : 0;
     const char* only_batch_text = std::getenv("KASCADE_BENCH_B");
     const int only_batch = only_batch_text ? std::atoi(only_batch_text) : 0;
+    // Decode shapes and how many timed runs each gets.
+    std::vector<std::pair<Shape, int>> decode;
     if (what == "all" || what == "decode") {
       for (bool bf16 : {false, true})
         for (int batch : {64, 8, 1})
           for (int n : {8192, 32768, 65536, 131072})
             if ((only_n == 0 || (n == only_n && !bf16)) && (only_batch == 0 || batch == only_batch))
-              bench_decode(Shape{bf16, batch, 32, 8, 128, n}, budget, timer, 20, batch == 64 && only_n == 0);
+              decode.push_back({Shape{bf16, batch, 32, 8, 128, n}, 20});
       if (only_n == 0 && only_batch == 0)
-        for (int n : {8192, 32768}) bench_decode(Shape{false, 64, 9, 3, 64, n}, budget, timer, 20, false);
+        for (int n : {8192, 32768}) decode.push_back({Shape{false, 64, 9, 3, 64, n}, 20});
     }
-    if (what == "profile") {
-      for (int n : {32768, 131072}) bench_decode(Shape{false, 64, 32, 8, 128, n}, budget, timer, 1, false);
+    if (what == "profile")
+      for (int n : {32768, 131072}) decode.push_back({Shape{false, 64, 32, 8, 128, n}, 1});
+    // One KV reservation for all shapes: the largest shape's keys and values.
+    size_t arena_bytes = 0;
+    for (const auto& [shape, reps] : decode)
+      arena_bytes = std::max(arena_bytes, 2 * KvArena::padded_bytes(decode_kv_elements(shape)));
+    if (!decode.empty()) {
+      KvArena arena(arena_bytes);
+      for (const auto& [shape, reps] : decode)
+        bench_decode(shape, budget, timer, arena, reps,
+                     shape.batch == 64 && shape.n_heads == 32 && reps > 1 && only_n == 0);
     }
     if (what == "all" || what == "prefill") {
       for (bool bf16 : {false, true})

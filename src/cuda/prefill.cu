@@ -118,6 +118,26 @@ struct KeyList {
   }
 };
 
+// The keys of query block q_block (queries q0..last_query) of sequence b and
+// KV head kv_head: the causal prefix, or the tile's selected set (read
+// through the head map) followed by the block's own causal keys.
+template <PrefillKeys kKeys>
+__device__ __forceinline__ KeyList block_keys(const PrefillParams& p, int b, int kv_head, int q_block, int q0,
+                                              int last_query) {
+  KeyList keys;
+  if constexpr (kKeys == PrefillKeys::Causal) {
+    keys.total = last_query + 1;
+  } else {
+    const int set_head = p.head_map ? p.head_map[kv_head] : kv_head;
+    const int64_t begin = p.tile_offsets[q_block], end = p.tile_offsets[q_block + 1];
+    keys.selected = p.indices + (int64_t(b) * p.n_kv_heads + set_head) * p.per_head + begin;
+    keys.n_selected = static_cast<int>(end - begin);
+    keys.own_begin = q0;
+    keys.total = keys.n_selected + (last_query + 1 - q0);
+  }
+  return keys;
+}
+
 // Positions of the keys this thread copies for the chunk at key0: read one
 // chunk ahead so that a gather never waits on its index load.
 template <int kHeadDim, bool kReadValues, int kRowTiles>
@@ -196,18 +216,8 @@ __global__ void __launch_bounds__(PrefillConfig<kHeadDim, kMode == PrefillMode::
   const int seq_len = p.seq_lens[b];
   if (q0 >= seq_len) return;
 
-  KeyList keys;
   const int last_query = min(q0 + p.block_queries, seq_len) - 1;
-  if constexpr (kKeys == PrefillKeys::Causal) {
-    keys.total = last_query + 1;
-  } else {
-    const int set_head = p.head_map ? p.head_map[kv_head] : kv_head;
-    const int64_t begin = p.tile_offsets[q_block], end = p.tile_offsets[q_block + 1];
-    keys.selected = p.indices + (int64_t(b) * p.n_kv_heads + set_head) * p.per_head + begin;
-    keys.n_selected = static_cast<int>(end - begin);
-    keys.own_begin = q0;
-    keys.total = keys.n_selected + (last_query + 1 - q0);
-  }
+  const KeyList keys = block_keys<kKeys>(p, b, kv_head, q_block, q0, last_query);
 
   const int64_t kv_offset = (int64_t(b) * p.n_kv_heads + kv_head) * p.kv_head_stride;
   const T* key_base = static_cast<const T*>(p.keys) + kv_offset;
@@ -403,18 +413,8 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
   const int seq_len = p.seq_lens[b];
   if (q0 >= seq_len) return;
 
-  KeyList keys;
   const int last_query = min(q0 + p.block_queries, seq_len) - 1;
-  if constexpr (kKeys == PrefillKeys::Causal) {
-    keys.total = last_query + 1;
-  } else {
-    const int set_head = p.head_map ? p.head_map[kv_head] : kv_head;
-    const int64_t begin = p.tile_offsets[q_block], end = p.tile_offsets[q_block + 1];
-    keys.selected = p.indices + (int64_t(b) * p.n_kv_heads + set_head) * p.per_head + begin;
-    keys.n_selected = static_cast<int>(end - begin);
-    keys.own_begin = q0;
-    keys.total = keys.n_selected + (last_query + 1 - q0);
-  }
+  const KeyList keys = block_keys<kKeys>(p, b, kv_head, q_block, q0, last_query);
   const int n_chunks = (keys.total + kChunk - 1) / kChunk;
 
   if (threadIdx.x == 0) {
