@@ -26,6 +26,7 @@
 #include "attention/strategies.h"
 #include "core/error.h"
 #include "model/kv_cache.h"
+#include "ops/threading.h"
 
 namespace {
 
@@ -169,6 +170,7 @@ void check(KvType kv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kascade::ops::use_short_spin_waits(argv);
   CLI::App app("Attention time per layer type, dense vs Kascade");
   std::vector<int64_t> contexts{2048, 4096, 8192};
   double percent = 10;

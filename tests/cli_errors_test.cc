@@ -74,7 +74,7 @@ struct Outcome {
 };
 
 // Runs `kascade args...` with stdin from /dev/null; `env` entries ("NAME=value")
-// replace or add to this process's environment.
+// replace or add to this process's environment, and a bare "NAME" removes it.
 Outcome run_kascade(const fs::path& dir, const std::vector<std::string>& args,
                     const std::vector<std::string>& env = {}) {
   Outcome outcome;
@@ -84,7 +84,9 @@ Outcome run_kascade(const fs::path& dir, const std::vector<std::string>& args,
 
   std::vector<std::string> arg_strings{KASCADE_BINARY};
   arg_strings.insert(arg_strings.end(), args.begin(), args.end());
-  std::vector<std::string> env_strings(env);
+  std::vector<std::string> env_strings;
+  std::copy_if(env.begin(), env.end(), std::back_inserter(env_strings),
+               [](const std::string& e) { return e.find('=') != std::string::npos; });
   for (char** entry = environ; *entry != nullptr; ++entry) {
     const std::string_view text(*entry);
     const std::string_view name = text.substr(0, text.find('='));
@@ -195,6 +197,26 @@ TEST_F(CliErrors, MissingModelFile) {
   const std::string missing = path("missing.gguf");
   expect_error(run({"generate", "-m", missing, "-p", "hi"}), {missing, "cannot open", "No such file"});
   expect_error(run({"info", missing}), {missing, "cannot open"});
+}
+
+// Without OMP_WAIT_POLICY or GOMP_SPINCOUNT the program re-executes itself
+// with a short spin count (ops::use_short_spin_waits): the arguments, the
+// errors and the generated text stay what they are without the re-execution.
+TEST_F(CliErrors, ShortSpinReexecutionKeepsTheRun) {
+  const std::vector<std::string> unset{"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"};
+  const std::string missing = path("missing.gguf");
+  expect_error(run({"info", missing}, unset), {missing, "cannot open"});
+  expect_error(run({"generate", "-m", kTinyLlama, "--raw", "-p", "hi", "-n", "4", "--budget", "0"}, unset),
+               {"budget 0%"});
+
+  const std::vector<std::string> args{"generate", "-m", kTinyLlama, "-p", "hello world", "--raw", "-n", "8", "-q"};
+  const Outcome reexecuted = run(args, unset);
+  const Outcome direct = run(args, {"OMP_WAIT_POLICY=passive"});
+  EXPECT_TRUE(reexecuted.exited && reexecuted.status == 0) << reexecuted.err;
+  EXPECT_TRUE(direct.exited && direct.status == 0) << direct.err;
+  EXPECT_FALSE(direct.out.empty());
+  EXPECT_EQ(reexecuted.out, direct.out);
+  EXPECT_EQ(reexecuted.err, direct.err);
 }
 
 // Every subcommand finds its default model under $KASCADE_CACHE.

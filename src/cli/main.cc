@@ -11,8 +11,10 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "ops/threading.h"
 
 int main(int argc, char** argv) {
+  kascade::ops::use_short_spin_waits(argv);
   CLI::App app{"kascade: long-context LLM inference with Kascade sparse attention"};
   app.require_subcommand(1);
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
