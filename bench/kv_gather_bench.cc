@@ -13,7 +13,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -23,16 +22,15 @@
 #include <CLI/CLI.hpp>
 
 #include "core/memory.h"
+#include "core/timer.h"
 #include "ops/threading.h"
 
 namespace {
 
+using kascade::Stopwatch;
+
 constexpr int kLayers = 30, kHeads = 3;
 constexpr size_t kRowBytes = 128;  // fp16 x 64
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Where position p of head h keeps its key and value within one layer.
 struct Layout {
@@ -65,7 +63,7 @@ double read_rows(const uint8_t* cache, size_t layer_bytes, const Layout& layout,
                  const std::vector<std::vector<int32_t>>& positions, bool keys_only, int threads) {
   constexpr int64_t kAhead = 16;
   int sink = 0;
-  const double start = now_seconds();
+  const Stopwatch stopwatch;
   for (int layer = 0; layer < kLayers; ++layer) {
     const uint8_t* base = cache + size_t(layer) * layer_bytes;
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : sink)
@@ -86,7 +84,7 @@ double read_rows(const uint8_t* cache, size_t layer_bytes, const Layout& layout,
       sink += _mm256_extract_epi32(acc, 0);
     }
   }
-  const double seconds = (now_seconds() - start) / kLayers;
+  const double seconds = stopwatch.seconds() / kLayers;
   if (sink == 42) std::printf(" ");  // keeps the reads
   return seconds;
 }
