@@ -60,6 +60,17 @@ __global__ void fill_float(float* data, int64_t n, uint64_t seed) {
     data[i] = float(mix(seed ^ (uint64_t(i) * 0x9e3779b97f4a7c15ull)) >> 40) * (1.0f / 16777216.0f);
 }
 
+// Reads every 16 bytes of `data` (the L2 flush that leaves only clean lines
+// behind); `sink` is written only if the XOR of all of it is `never`.
+__global__ void read_all(const uint4* data, int64_t n, uint32_t never, uint32_t* sink) {
+  uint32_t folded = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint4 v = data[i];
+    folded ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (folded == never) *sink = folded;
+}
+
 // Counts elements that are NaN or infinite (poison is 0xffff, a NaN in both types).
 __global__ void count_bad(const uint16_t* data, int64_t n, bool bf16, unsigned long long* bad) {
   unsigned long long local = 0;
@@ -118,19 +129,37 @@ class KvArena {
   size_t size_ = 0, used_ = 0;
 };
 
+// Times with CUDA events around each call, after evicting the L2 by reading
+// a 256 MB buffer: the L2 is left holding clean lines, as the weight reads
+// between two layers' attention leave it in a model. KASCADE_BENCH_FLUSH=write
+// writes the buffer instead (runs 1-31): the L2 is then full of dirty lines,
+// whose write-back the timed call pays (~7 us, run 32).
 struct Timer {
   cudaEvent_t start, stop;
   void* flush = nullptr;
+  uint32_t* sink = nullptr;
+  bool read_flush = false;
   static constexpr size_t kFlushBytes = 256u << 20;
   Timer() {
     CHECK(cudaEventCreate(&start));
     CHECK(cudaEventCreate(&stop));
     CHECK(cudaMalloc(&flush, kFlushBytes));
+    CHECK(cudaMemset(flush, 0, kFlushBytes));
+    CHECK(cudaMalloc(&sink, sizeof(uint32_t)));
+    const char* mode = std::getenv("KASCADE_BENCH_FLUSH");
+    read_flush = !(mode && std::string(mode) == "write");
+  }
+  void evict_l2(int r) {
+    if (read_flush)
+      read_all<<<1024, 256>>>(static_cast<const uint4*>(flush), kFlushBytes / 16, 0xffffffffu, sink);
+    else
+      CHECK(cudaMemsetAsync(flush, r & 0xff, kFlushBytes));
   }
   ~Timer() {
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
     cudaFree(flush);
+    cudaFree(sink);
   }
   template <typename F>
   double median_ms(F&& run, int reps) {
@@ -138,7 +167,7 @@ struct Timer {
     CHECK(cudaDeviceSynchronize());
     std::vector<float> times;
     for (int r = 0; r < reps; ++r) {
-      CHECK(cudaMemsetAsync(flush, r & 0xff, kFlushBytes));
+      evict_l2(r);
       CHECK(cudaEventRecord(start));
       run();
       CHECK(cudaEventRecord(stop));
@@ -204,8 +233,18 @@ void emit(const char* section, const Shape& s, const char* impl, double ms, doub
 // Elements of the keys (or of the values) of a decode shape.
 int64_t decode_kv_elements(const Shape& s) { return int64_t(s.batch) * s.n_kv_heads * s.seq_len * s.head_dim; }
 
+// The 32-layer schedule: layer 0 and these layers are anchors, the rest reuse.
+constexpr int kScheduleLayers = 32;
+constexpr int kScheduleAnchors[] = {0, 2, 8, 13, 14};
+
+bool schedule_anchor(int layer) {
+  return std::find(std::begin(kScheduleAnchors), std::end(kScheduleAnchors), layer) != std::end(kScheduleAnchors);
+}
+
+// with_extras: also the chained 32-layer step and the standalone top-k
+// (the main batch-64 shapes), which need a second KV cache from the arena.
 void bench_decode(const Shape& s, const kc::Budget& budget, Timer& timer, KvArena& arena, int reps,
-                  bool with_top_k) {
+                  bool with_extras) {
   const int64_t kv = decode_kv_elements(s);
   const int64_t q = int64_t(s.batch) * s.n_heads * s.head_dim;
   arena.reset();
@@ -274,7 +313,39 @@ void bench_decode(const Shape& s, const kc::Budget& budget, Timer& timer, KvAren
     emit("decode", s, "reuse", timer.median_ms(run, reps), sparse_bytes + index_bytes, 0,
          double(ws.high_water()) + index_bytes);
   }
-  if (with_top_k) {
+  if (with_extras) {
+    // The 32 layers back to back, as a decode step launches them (one stream,
+    // no synchronisation between layers); odd layers read a second KV cache,
+    // so that no layer finds the previous layer's rows in the L2. Reported
+    // per layer, to compare with avg32 (per-call times) and with cuDNN chained.
+    uint16_t* other_keys = arena.enabled() ? arena.take(kv) : device_alloc<uint16_t>(kv);
+    uint16_t* other_values = arena.enabled() ? arena.take(kv) : device_alloc<uint16_t>(kv);
+    fill(other_keys, kv, seed + 5, s.bf16);
+    fill(other_values, kv, seed + 6, s.bf16);
+    kc::AttentionArgs other = args;
+    other.keys = other_keys;
+    other.values = other_values;
+    kc::Workspace first_ws, anchor_ws, reuse_ws;
+    auto run = [&] {
+      for (int layer = 0; layer < kScheduleLayers; ++layer) {
+        const kc::AttentionArgs& layer_args = layer % 2 ? other : args;
+        if (layer == 0)
+          kc::anchor_decode(layer_args, budget, true, sets, first_ws, nullptr);
+        else if (schedule_anchor(layer))
+          kc::anchor_decode(layer_args, budget, false, sets, anchor_ws, nullptr);
+        else
+          kc::reuse_decode(layer_args, sets, head_map, reuse_ws, nullptr);
+      }
+    };
+    poison_run_check(output, q, s.bf16, run, "32-layer chain");
+    emit("decode", s, "chain32", timer.median_ms(run, reps) / kScheduleLayers, 0, 0,
+         double(std::max({first_ws.high_water(), anchor_ws.high_water(), reuse_ws.high_water()})));
+    if (!arena.enabled()) {
+      CHECK(cudaFree(other_keys));
+      CHECK(cudaFree(other_values));
+    }
+  }
+  if (with_extras) {
     // The selection step alone: rows of N uniform scores, k = budget(N).
     const int rows = s.batch * s.n_kv_heads;
     float* scores = device_alloc<float>(int64_t(rows) * s.seq_len);
@@ -417,15 +488,18 @@ int main(int argc, char** argv) {
     }
     if (what == "profile")
       for (int n : {32768, 131072}) decode.push_back({Shape{false, 64, 32, 8, 128, n}, 1});
-    // One KV reservation for all shapes: the largest shape's keys and values.
+    // One KV reservation for all shapes: the largest shape's keys and values
+    // (twice for shapes with the chained step).
+    auto with_extras = [&](const Shape& shape, int reps) {
+      return shape.batch == 64 && shape.n_heads == 32 && reps > 1;
+    };
     size_t arena_bytes = 0;
     for (const auto& [shape, reps] : decode)
-      arena_bytes = std::max(arena_bytes, 2 * KvArena::padded_bytes(decode_kv_elements(shape)));
+      arena_bytes = std::max(arena_bytes, (with_extras(shape, reps) ? 4 : 2) *
+                                              KvArena::padded_bytes(decode_kv_elements(shape)));
     if (!decode.empty()) {
       KvArena arena(arena_bytes);
-      for (const auto& [shape, reps] : decode)
-        bench_decode(shape, budget, timer, arena, reps,
-                     shape.batch == 64 && shape.n_heads == 32 && reps > 1 && only_n == 0);
+      for (const auto& [shape, reps] : decode) bench_decode(shape, budget, timer, arena, reps, with_extras(shape, reps));
     }
     if (what == "all" || what == "prefill") {
       for (bool bf16 : {false, true})
