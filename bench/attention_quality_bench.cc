@@ -127,7 +127,8 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < strategies.size(); ++i) fmt::print("{:-<19}|", "");
       fmt::print("\n");
       std::map<std::string, LayerTotals> average;
-      for (int layer = 0; layer < config.n_layers; ++layer) {
+      // Rows are the strategies' layers: a sliding-window model's global layers, counted from 0.
+      for (int layer = 0; layer < config.attention_shape().n_layers; ++layer) {
         fmt::print("| {:>5} |", layer);
         for (const std::string& name : strategies) {
           const auto& totals = results[name].totals;

@@ -519,6 +519,31 @@ TEST(Calibrate, DefaultModelIsReproducibleAndConsistent) {
   std::filesystem::remove_all(dir);
 }
 
+// A model with sliding-window layers: Kascade attends only its global
+// layers, so the profile must describe those and load for the model.
+TEST(Calibrate, ProfileOfASlidingWindowModelCoversItsGlobalLayers) {
+  const model::Model model =
+      model::Model::load(std::string(KASCADE_SOURCE_DIR) + "/tests/data/logits_gemma3/tiny_gemma3.gguf");
+  const attention::Shape shape = model.config().attention_shape();
+  ASSERT_EQ(shape.n_layers, 2);  // 12 layers, every sixth global
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int32_t> token(0, model.config().vocab_size - 1);
+  std::vector<std::vector<int32_t>> prompts(2, std::vector<int32_t>(90));
+  for (auto& prompt : prompts)
+    for (int32_t& t : prompt) t = token(rng);
+  CalibrationOptions options;
+  options.min_anchors = 1;
+  options.max_anchors = 2;
+  const CalibrationResult result = calibrate(model, prompts, options);
+  const attention::KascadeProfile profile =
+      make_profile(result, options, 1, model, DevSetInfo{"test", content_fingerprint("x"), 90});
+  EXPECT_EQ(profile.model.n_layers, 2);
+  EXPECT_EQ(profile.anchors, std::vector<int>{0});
+  EXPECT_NO_THROW(attention::validate_profile(profile, shape));
+  options.max_anchors = 3;
+  EXPECT_THROW(calibrate(model, prompts, options), Error);
+}
+
 TEST(Calibrate, RejectsBadOptions) {
   CalibrationOptions options;
   EXPECT_NO_THROW(validate(options, 30));

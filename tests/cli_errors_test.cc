@@ -423,7 +423,7 @@ TEST_F(CliErrors, BadCalibrateRequests) {
   expect_error(calibrate({"--anchors", "3.."}), {"--anchors '3..'"});
   expect_error(calibrate({"--anchors", "2..1"}), {"anchor counts 2..1"});
   expect_error(calibrate({"--anchors", "0..2"}), {"anchor counts 0..2"});
-  expect_error(calibrate({"--anchors", "1..3"}), {"anchor counts 1..3", "<= 2 (the model's layers)"});
+  expect_error(calibrate({"--anchors", "1..3"}), {"anchor counts 1..3", "<= 2 (the model's global attention layers)"});
   expect_error(calibrate({"--anchors", "1..2", "--choose", "3"}), {"--choose 3 is outside --anchors 1..2"});
   expect_error(calibrate({"--anchors", "1..2", "--dev-set", dir_.string()}), {"dev set", "Is a directory"});
   expect_error(calibrate({"--anchors", "1..2", "--threads", "-1"}), {"--threads"});

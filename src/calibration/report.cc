@@ -26,9 +26,12 @@ std::string content_fingerprint(std::string_view bytes) {
 
 namespace {
 
+// The shape a profile describes is the strategy's: the global attention
+// layers only, for models that also have sliding-window layers.
 attention::ModelIdentity identity_of(const model::Model& model) {
   const model::Config& c = model.config();
-  return {c.architecture_name, c.name, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim};
+  const attention::Shape shape = c.attention_shape();
+  return {c.architecture_name, c.name, shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim};
 }
 
 std::vector<std::vector<double>> square(const std::vector<double>& values, int n) {

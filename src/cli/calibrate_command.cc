@@ -128,7 +128,8 @@ void run_calibrate(const CalibrateArgs& args) {
   options.statistics.top_k = args.top_k;
   options.min_anchors = min_anchors;
   options.max_anchors = max_anchors;
-  calibration::validate(options, config.n_layers);
+  const int attention_layers = config.attention_shape().n_layers;
+  calibration::validate(options, attention_layers);
   if (args.choose < min_anchors || args.choose > max_anchors)
     fail("--choose {} is outside --anchors {}..{}", args.choose, min_anchors, max_anchors);
   if (args.max_tokens > config.context_length)
@@ -146,8 +147,10 @@ void run_calibrate(const CalibrateArgs& args) {
   }
 
   if (!args.quiet)
-    fmt::print(stderr, "calibrating {} ({} layers, {} KV heads) on {} prompts, {} tokens\n", config.name,
-               config.n_layers, config.n_kv_heads, prompts.size(), total_tokens);
+    fmt::print(stderr, "calibrating {} ({} attention layers{}, {} KV heads) on {} prompts, {} tokens\n", config.name,
+               attention_layers,
+               config.n_local_layers() > 0 ? fmt::format(" of {}; the others are sliding-window", config.n_layers) : "",
+               config.n_kv_heads, prompts.size(), total_tokens);
   std::unique_ptr<ProgressBar> progress;
   if (!args.quiet) progress = std::make_unique<ProgressBar>(uint64_t(total_tokens), ProgressOptions{.label = "calibrate"});
   const calibration::CalibrationResult result =
