@@ -147,9 +147,9 @@ void run_calibrate(const CalibrateArgs& args) {
   }
 
   if (!args.quiet)
-    fmt::print(stderr, "calibrating {} ({} attention layers{}, {} KV heads) on {} prompts, {} tokens\n", config.name,
-               attention_layers,
-               config.n_local_layers() > 0 ? fmt::format(" of {}; the others are sliding-window", config.n_layers) : "",
+    fmt::print(stderr, "calibrating {} ({}, {} KV heads) on {} prompts, {} tokens\n", config.name,
+               config.n_local_layers() > 0 ? fmt::format("{} global layers of {}", attention_layers, config.n_layers)
+                                           : fmt::format("{} layers", attention_layers),
                config.n_kv_heads, prompts.size(), total_tokens);
   std::unique_ptr<ProgressBar> progress;
   if (!args.quiet) progress = std::make_unique<ProgressBar>(uint64_t(total_tokens), ProgressOptions{.label = "calibrate"});
