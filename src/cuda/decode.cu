@@ -9,6 +9,9 @@
 // each, and merge at the end; splits along the keys fill the machine at small
 // batch and are folded by the merge kernel, launched as a programmatic
 // dependent so that its launch overlaps the attention pass.
+#include <cooperative_groups.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "cuda/device_common.cuh"
@@ -417,9 +420,12 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
 
 constexpr int kSelectThreads = 512;
 
-// Pooled selection: one block of 256 threads per (sequence, KV head), four
-// blocks per multiprocessor, so batch 64 x 8 KV heads fits one wave.
+// Pooled selection: 256-thread blocks. At batch 64 one block per (sequence,
+// KV head), four per multiprocessor, so 64 x 8 KV heads fit one wave; at
+// small batch a long row is cut among a cluster of up to kMaxPooledCluster
+// blocks, so that batch 1 does not leave 124 of 132 multiprocessors idle.
 constexpr int kPooledThreads = 256;
+constexpr int kMaxPooledCluster = 8;  // the portable cluster size
 constexpr int kPooledBins = 4096;        // linear bins over the row's bounded key range
 constexpr int kPooledCandidates = 1024;  // most keys the threshold bin may hold on the fast path
 constexpr int kPooledPerThread = 16;     // consecutive keys per thread per index-order round
@@ -441,202 +447,14 @@ struct PooledSelectShared {
   ThresholdBin threshold;
   uint32_t low_key;
   int shift;
+  unsigned int segment_above, segment_bin;  // this block's keys above / in the threshold bin
 };
 
-// Exact pooled top-k in two reads of the row. The score pass bounded each
-// head's scores, so every pooled value lies in [sum_i 2^(min_i - lse_i),
-// sum_i 2^(max_i - lse_i)]; that key range is cut into 4096 equal bins.
-// Pass 1 pools (reading the g score rows once), writes the pooled row and
-// histograms it: the bin holding the k-th largest key is then known. Pass 2,
-// in index order, sends keys above that bin to a scratch list (with the
-// number of bin keys before each) and the bin's own keys to shared memory,
-// where a radix select finds the exact threshold (ties to the lower index).
-// A final merge writes the keys above the bin and the chosen bin keys in
-// ascending order. A bin holding more than kPooledCandidates keys (narrow or
-// constant rows) falls back to the general radix select over the pooled row.
-__global__ void __launch_bounds__(kPooledThreads, 4) pooled_select_decode_kernel(const PooledSelectParams p) {
-  __shared__ PooledSelectShared shared;
-  extern __shared__ float group_lse2[];  // [group], log2 units
-  const int kv_head = blockIdx.x, b = blockIdx.y;
-  const int tid = threadIdx.x, lane = tid & 31;
-  const int n = p.seq_lens[b];
-  const int k = static_cast<int>(budget_of(p.budget.percent, p.budget.min_keys, n));
-  const int64_t head_row0 = int64_t(b) * p.n_heads + int64_t(kv_head) * p.group;
-  const int64_t set_row = int64_t(b) * p.n_kv_heads + kv_head;
-  int* out = p.indices + set_row * p.index_stride;
-  if (kv_head == 0 && tid == 0) p.counts[b] = min(k, n);
-  if (k >= n) {  // the whole row
-    for (int i = tid; i < n; i += kPooledThreads) out[i] = i;
-    return;
-  }
-  constexpr float kLog2e = 1.4426950408889634f;
-  for (int r = tid; r < p.group; r += kPooledThreads) group_lse2[r] = p.lse[head_row0 + r] * kLog2e;
-  for (int i = tid; i < kPooledBins; i += kPooledThreads) shared.fast.histogram[i] = 0;
-  if (tid < 32) {
-    float low = 0.f, high = 0.f;
-    for (int r = lane; r < p.group; r += 32) {
-      const float* bounds = p.score_bounds + (head_row0 + r) * p.splits * 2;
-      float smallest = INFINITY, largest = -INFINITY;
-      for (int split = 0; split < p.splits; ++split) {
-        smallest = fminf(smallest, bounds[2 * split]);
-        largest = fmaxf(largest, bounds[2 * split + 1]);
-      }
-      const float lse2 = p.lse[head_row0 + r] * kLog2e;
-      low += exp2f(smallest - lse2);
-      high += exp2f(largest - lse2);
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      low += __shfl_xor_sync(0xffffffffu, low, offset);
-      high += __shfl_xor_sync(0xffffffffu, high, offset);
-    }
-    if (lane == 0) {
-      const uint32_t low_key = float_order_key(low);
-      const uint32_t high_key = max(float_order_key(high), low_key);
-      int shift = 0;
-      while (((high_key - low_key) >> shift) >= uint32_t(kPooledBins)) ++shift;
-      shared.low_key = low_key;
-      shared.shift = shift;
-    }
-  }
-  __syncthreads();
-  const uint32_t low_key = shared.low_key;
-  const int shift = shared.shift;
-  // Monotone in the key; keys outside the bounds (round-off) clamp to the end bins.
-  auto bin_of = [&](uint32_t key) -> uint32_t {
-    return key <= low_key ? 0u : min((key - low_key) >> shift, uint32_t(kPooledBins - 1));
-  };
-
-  // Pass 1: pooled scores, written and histogrammed. Two float4 groups of four
-  // heads per thread per step keep eight 16-byte loads in flight.
-  const float* scores = p.scores + head_row0 * p.score_stride;
-  float* pooled = p.pooled + set_row * p.score_stride;
-  constexpr int kGroups = 2;
-  if (p.score_record > 0) {
-    // Key-major records: lane l takes keys base + 32 e + l (e < kKeys), so every
-    // load instruction reads 32 consecutive records; the heads are summed in
-    // the same order as the row layout's loop (identical pooled values).
-    constexpr int kKeys = 4;  // 8 measured 2 % slower per anchor (run 13: 128-byte spill at the 64-register cap)
-    const float* records = p.scores + set_row * p.score_stride * p.score_record;
-    const int warp_id = tid >> 5;
-    for (int base = warp_id * 32 * kKeys; base < n; base += kPooledThreads * kKeys) {
-      float sum[kKeys] = {};
-      for (int q = 0; 4 * q < p.group; ++q) {
-        float4 loaded[kKeys];
-#pragma unroll
-        for (int e = 0; e < kKeys; ++e) {
-          const int j = base + 32 * e + lane;
-          loaded[e] = j < n ? *reinterpret_cast<const float4*>(records + int64_t(j) * p.score_record + 4 * q)
-                            : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int e = 0; e < kKeys; ++e) {
-          sum[e] += exp2f(loaded[e].x - group_lse2[4 * q]);
-          if (4 * q + 1 < p.group) sum[e] += exp2f(loaded[e].y - group_lse2[4 * q + 1]);
-          if (4 * q + 2 < p.group) sum[e] += exp2f(loaded[e].z - group_lse2[4 * q + 2]);
-          if (4 * q + 3 < p.group) sum[e] += exp2f(loaded[e].w - group_lse2[4 * q + 3]);
-        }
-      }
-#pragma unroll
-      for (int e = 0; e < kKeys; ++e) {
-        const int j = base + 32 * e + lane;
-        if (j < n) {
-          pooled[j] = sum[e];
-          atomicAdd(&shared.fast.histogram[bin_of(float_order_key(sum[e]))], 1u);
-        }
-      }
-    }
-  } else
-  for (int base = 0; base < n; base += kGroups * 4 * kPooledThreads) {
-    float sum[kGroups][4] = {};
-#pragma unroll 4
-    for (int r = 0; r < p.group; ++r) {
-      const float* row = scores + r * p.score_stride;
-      float4 loaded[kGroups];
-#pragma unroll
-      for (int u = 0; u < kGroups; ++u) {
-        const int j = base + 4 * (u * kPooledThreads + tid);
-        // Rows are padded to a multiple of 4: a group starting below n is in bounds.
-        loaded[u] = j < n ? *reinterpret_cast<const float4*>(row + j) : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-      const float lse2 = group_lse2[r];
-#pragma unroll
-      for (int u = 0; u < kGroups; ++u) {
-        sum[u][0] += exp2f(loaded[u].x - lse2);
-        sum[u][1] += exp2f(loaded[u].y - lse2);
-        sum[u][2] += exp2f(loaded[u].z - lse2);
-        sum[u][3] += exp2f(loaded[u].w - lse2);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kGroups; ++u) {
-      const int j = base + 4 * (u * kPooledThreads + tid);
-      if (j < n) {
-        *reinterpret_cast<float4*>(pooled + j) = make_float4(sum[u][0], sum[u][1], sum[u][2], sum[u][3]);
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (j + e < n) atomicAdd(&shared.fast.histogram[bin_of(float_order_key(sum[u][e]))], 1u);
-      }
-    }
-  }
-  __syncthreads();
-  detail::find_threshold_bin<kPooledThreads, kPooledBins>(shared.fast.histogram, unsigned(k), shared.warp_totals,
-                                                          shared.threshold);
-  const uint32_t threshold_bin = shared.threshold.digit;
-  const unsigned int bin_take = shared.threshold.remaining;  // keys to take from the bin
-  const unsigned int bin_count = shared.threshold.count;
-  if (bin_count > kPooledCandidates) {
-    __syncthreads();  // the fallback reuses the histogram's memory
-    select_top_k_block<kPooledThreads>(pooled, n, k, out, shared.fallback);
-    return;
-  }
-
-  // Pass 2, in index order: keys above the bin to the scratch list, the bin's keys to shared memory.
-  int2* above = p.above + set_row * p.index_stride;
-  unsigned int above_seen = 0, bin_seen = 0;  // block-uniform running totals
-  for (int base = 0; base < n; base += kPooledThreads * kPooledPerThread) {
-    const int first = base + tid * kPooledPerThread;
-    float values[kPooledPerThread];
-#pragma unroll
-    for (int q = 0; q < kPooledPerThread / 4; ++q) {
-      const float4 loaded =
-          first + 4 * q < n ? *reinterpret_cast<const float4*>(pooled + first + 4 * q) : make_float4(0.f, 0.f, 0.f, 0.f);
-      values[4 * q] = loaded.x;
-      values[4 * q + 1] = loaded.y;
-      values[4 * q + 2] = loaded.z;
-      values[4 * q + 3] = loaded.w;
-    }
-    unsigned int above_mask = 0, bin_mask = 0;
-#pragma unroll
-    for (int e = 0; e < kPooledPerThread; ++e) {
-      const uint32_t bin = bin_of(float_order_key(values[e]));
-      const bool valid = first + e < n;
-      above_mask |= (valid && bin > threshold_bin) ? 1u << e : 0u;
-      bin_mask |= (valid && bin == threshold_bin) ? 1u << e : 0u;
-    }
-    // Both counts in one scan: above in the low 16 bits, bin keys in the high.
-    unsigned int total;
-    const unsigned int before = detail::block_exclusive_scan<kPooledThreads>(
-        __popc(above_mask) | (__popc(bin_mask) << 16), total, shared.warp_totals);
-    unsigned int above_at = above_seen + (before & 0xffffu);
-    unsigned int bin_at = bin_seen + (before >> 16);
-#pragma unroll
-    for (int e = 0; e < kPooledPerThread; ++e) {
-      if (above_mask & (1u << e)) {
-        above[above_at++] = make_int2(first + e, int(bin_at));
-      } else if (bin_mask & (1u << e)) {
-        shared.fast.key[bin_at] = float_order_key(values[e]);
-        shared.fast.position[bin_at] = first + e;
-        shared.fast.above_before[bin_at] = int(above_at);
-        ++bin_at;
-      }
-    }
-    above_seen += total & 0xffffu;
-    bin_seen += total >> 16;
-  }
-  __syncthreads();
-
-  // The exact threshold among the bin's keys: 12-bit digits from the top.
+// The exact threshold among the threshold bin's keys (shared.fast, in index
+// order), by 12-bit digits from the top; writes the chosen ones to `out` at
+// their final positions and, for every bin key, the chosen ones before it.
+__device__ void choose_bin_keys(PooledSelectShared& shared, unsigned int bin_take, unsigned int bin_count, int* out) {
+  const int tid = threadIdx.x;
   uint32_t prefix = 0, mask = 0;
   unsigned int equal_take = bin_count;  // with mask 0 every bin key is "equal": all taken
   if (bin_take < bin_count) {
@@ -695,14 +513,302 @@ __global__ void __launch_bounds__(kPooledThreads, 4) pooled_select_decode_kernel
       chosen_at += chosen[e] ? 1u : 0u;
     }
   }
-  __syncthreads();
-  // Keys above the bin move up by the chosen bin keys before them.
-  for (unsigned int i = tid; i < above_seen; i += kPooledThreads) {
-    const int2 entry = above[i];
-    const int chosen_before = entry.y < int(bin_count) ? shared.fast.chosen_before[entry.y] : int(bin_take);
-    out[i + chosen_before] = entry.x;
-  }
 }
+
+// The blocks that select one row: a cluster of blocks (kSplit) or one block
+// alone, in which case the cluster operations reduce to the block's own.
+template <bool kSplit>
+struct RowBlocks {
+  int rank = 0, count = 1;
+  __device__ RowBlocks() {
+    if constexpr (kSplit) {
+      rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
+      count = static_cast<int>(cooperative_groups::this_cluster().num_blocks());
+    }
+  }
+  __device__ void sync() const {
+    if constexpr (kSplit) {
+      cooperative_groups::this_cluster().sync();
+    } else {
+      __syncthreads();
+    }
+  }
+  // `local` in the shared memory of block r.
+  template <typename T>
+  __device__ T* of_rank(T* local, int r) const {
+    if constexpr (kSplit) return cooperative_groups::this_cluster().map_shared_rank(local, r);
+    return local;
+  }
+};
+
+// Exact pooled top-k in two reads of the row. The score pass bounded each
+// head's scores, so every pooled value lies in [sum_i 2^(min_i - lse_i),
+// sum_i 2^(max_i - lse_i)]; that key range is cut into 4096 equal bins.
+// Pass 1 pools (reading the g score rows once), writes the pooled row and
+// histograms it: the bin holding the k-th largest key is then known. Pass 2,
+// in index order, sends keys above that bin to a scratch list (with the
+// number of bin keys before each) and the bin's own keys to shared memory,
+// where a radix select finds the exact threshold (ties to the lower index).
+// A final merge writes the keys above the bin and the chosen bin keys in
+// ascending order. A bin holding more than kPooledCandidates keys (narrow or
+// constant rows) falls back to the general radix select over the pooled row.
+//
+// A cluster splits the row into consecutive segments, one per block, for
+// the two reads: pass 1 pools and histograms a segment, block 0 sums the
+// histograms (distributed shared memory) and finds the bin; pass 2 places
+// each segment's keys after the earlier segments' (their counts are
+// exchanged first) and sends the bin's keys to block 0, which finds the
+// exact threshold; each block then places its own keys above the bin.
+// Split rows run at small batch, with at most two blocks per multiprocessor:
+// they get the registers to run without spilling.
+template <bool kSplit>
+__global__ void __launch_bounds__(kPooledThreads, kSplit ? 2 : 4) pooled_select_decode_kernel(const PooledSelectParams p) {
+  __shared__ PooledSelectShared shared;
+  extern __shared__ float group_lse2[];  // [group], log2 units
+  const RowBlocks<kSplit> cluster;
+  const int rank = cluster.rank;
+  const int blocks = cluster.count;
+  const int kv_head = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int n = p.seq_lens[b];
+  // This block's segment [begin, end): a multiple of 16 keys long, so float4
+  // groups and index-order rounds never straddle two segments.
+  const int segment = (n + blocks - 1) / blocks;
+  const int begin = min(n, rank * ((segment + 15) / 16 * 16));
+  const int end = min(n, begin + (segment + 15) / 16 * 16);
+  const int k = static_cast<int>(budget_of(p.budget.percent, p.budget.min_keys, n));
+  const int64_t head_row0 = int64_t(b) * p.n_heads + int64_t(kv_head) * p.group;
+  const int64_t set_row = int64_t(b) * p.n_kv_heads + kv_head;
+  int* out = p.indices + set_row * p.index_stride;
+  if (kv_head == 0 && rank == 0 && tid == 0) p.counts[b] = min(k, n);
+  if (k >= n) {  // the whole row
+    for (int i = begin + tid; i < end; i += kPooledThreads) out[i] = i;
+    return;
+  }
+  constexpr float kLog2e = 1.4426950408889634f;
+  for (int r = tid; r < p.group; r += kPooledThreads) group_lse2[r] = p.lse[head_row0 + r] * kLog2e;
+  for (int i = tid; i < kPooledBins; i += kPooledThreads) shared.fast.histogram[i] = 0;
+  if (tid < 32) {
+    float low = 0.f, high = 0.f;
+    for (int r = lane; r < p.group; r += 32) {
+      const float* bounds = p.score_bounds + (head_row0 + r) * p.splits * 2;
+      float smallest = INFINITY, largest = -INFINITY;
+      for (int split = 0; split < p.splits; ++split) {
+        smallest = fminf(smallest, bounds[2 * split]);
+        largest = fmaxf(largest, bounds[2 * split + 1]);
+      }
+      const float lse2 = p.lse[head_row0 + r] * kLog2e;
+      low += exp2f(smallest - lse2);
+      high += exp2f(largest - lse2);
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      low += __shfl_xor_sync(0xffffffffu, low, offset);
+      high += __shfl_xor_sync(0xffffffffu, high, offset);
+    }
+    if (lane == 0) {
+      const uint32_t low_key = float_order_key(low);
+      const uint32_t high_key = max(float_order_key(high), low_key);
+      int shift = 0;
+      while (((high_key - low_key) >> shift) >= uint32_t(kPooledBins)) ++shift;
+      shared.low_key = low_key;
+      shared.shift = shift;
+    }
+  }
+  __syncthreads();
+  const uint32_t low_key = shared.low_key;
+  const int shift = shared.shift;
+  // Monotone in the key; keys outside the bounds (round-off) clamp to the end bins.
+  auto bin_of = [&](uint32_t key) -> uint32_t {
+    return key <= low_key ? 0u : min((key - low_key) >> shift, uint32_t(kPooledBins - 1));
+  };
+
+  // Pass 1: pooled scores, written and histogrammed. Two float4 groups of four
+  // heads per thread per step keep eight 16-byte loads in flight.
+  const float* scores = p.scores + head_row0 * p.score_stride;
+  float* pooled = p.pooled + set_row * p.score_stride;
+  constexpr int kGroups = 2;
+  if (p.score_record > 0) {
+    // Key-major records: lane l takes keys base + 32 e + l (e < kKeys), so every
+    // load instruction reads 32 consecutive records; the heads are summed in
+    // the same order as the row layout's loop (identical pooled values).
+    constexpr int kKeys = 4;  // 8 measured 2 % slower per anchor (run 13: 128-byte spill at the 64-register cap)
+    const float* records = p.scores + set_row * p.score_stride * p.score_record;
+    const int warp_id = tid >> 5;
+    for (int base = begin + warp_id * 32 * kKeys; base < end; base += kPooledThreads * kKeys) {
+      float sum[kKeys] = {};
+      for (int q = 0; 4 * q < p.group; ++q) {
+        float4 loaded[kKeys];
+#pragma unroll
+        for (int e = 0; e < kKeys; ++e) {
+          const int j = base + 32 * e + lane;
+          loaded[e] = j < end ? *reinterpret_cast<const float4*>(records + int64_t(j) * p.score_record + 4 * q)
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int e = 0; e < kKeys; ++e) {
+          sum[e] += exp2f(loaded[e].x - group_lse2[4 * q]);
+          if (4 * q + 1 < p.group) sum[e] += exp2f(loaded[e].y - group_lse2[4 * q + 1]);
+          if (4 * q + 2 < p.group) sum[e] += exp2f(loaded[e].z - group_lse2[4 * q + 2]);
+          if (4 * q + 3 < p.group) sum[e] += exp2f(loaded[e].w - group_lse2[4 * q + 3]);
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < kKeys; ++e) {
+        const int j = base + 32 * e + lane;
+        if (j < end) {
+          pooled[j] = sum[e];
+          atomicAdd(&shared.fast.histogram[bin_of(float_order_key(sum[e]))], 1u);
+        }
+      }
+    }
+  } else
+  for (int base = begin; base < end; base += kGroups * 4 * kPooledThreads) {
+    float sum[kGroups][4] = {};
+#pragma unroll 4
+    for (int r = 0; r < p.group; ++r) {
+      const float* row = scores + r * p.score_stride;
+      float4 loaded[kGroups];
+#pragma unroll
+      for (int u = 0; u < kGroups; ++u) {
+        const int j = base + 4 * (u * kPooledThreads + tid);
+        // Rows are padded to a multiple of 4: a group starting below n is in bounds.
+        loaded[u] = j < end ? *reinterpret_cast<const float4*>(row + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      const float lse2 = group_lse2[r];
+#pragma unroll
+      for (int u = 0; u < kGroups; ++u) {
+        sum[u][0] += exp2f(loaded[u].x - lse2);
+        sum[u][1] += exp2f(loaded[u].y - lse2);
+        sum[u][2] += exp2f(loaded[u].z - lse2);
+        sum[u][3] += exp2f(loaded[u].w - lse2);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kGroups; ++u) {
+      const int j = base + 4 * (u * kPooledThreads + tid);
+      if (j < end) {
+        *reinterpret_cast<float4*>(pooled + j) = make_float4(sum[u][0], sum[u][1], sum[u][2], sum[u][3]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (j + e < end) atomicAdd(&shared.fast.histogram[bin_of(float_order_key(sum[u][e]))], 1u);
+      }
+    }
+  }
+  // Block 0 sums the cluster's histograms into its own (only it reads its
+  // own) and finds the bin; the others then copy the result.
+  cluster.sync();  // every segment pooled and histogrammed
+  if (rank == 0) {
+    for (int i = tid; i < kPooledBins; i += kPooledThreads) {
+      unsigned int total = shared.fast.histogram[i];
+      for (int r = 1; r < blocks; ++r) total += cluster.of_rank(shared.fast.histogram, r)[i];
+      shared.fast.histogram[i] = total;
+    }
+    __syncthreads();
+    detail::find_threshold_bin<kPooledThreads, kPooledBins>(shared.fast.histogram, unsigned(k), shared.warp_totals,
+                                                            shared.threshold);
+  }
+  cluster.sync();  // the bin is known; block 0's histogram is no longer read
+  if (rank != 0 && tid == 0) shared.threshold = *cluster.of_rank(&shared.threshold, 0);
+  cluster.sync();  // block 0's threshold was copied: it may be overwritten from here on
+  const uint32_t threshold_bin = shared.threshold.digit;
+  const unsigned int bin_take = shared.threshold.remaining;  // keys to take from the bin
+  const unsigned int bin_count = shared.threshold.count;
+  if (bin_count > kPooledCandidates) {
+    if (rank != 0) return;
+    select_top_k_block<kPooledThreads>(pooled, n, k, out, shared.fallback);
+    return;
+  }
+
+  // Pass 2, in index order. Each thread owns kPooledPerThread consecutive keys per round.
+  auto load_round = [&](int first, float (&values)[kPooledPerThread]) {
+#pragma unroll
+    for (int q = 0; q < kPooledPerThread / 4; ++q) {
+      const float4 loaded =
+          first + 4 * q < end ? *reinterpret_cast<const float4*>(pooled + first + 4 * q) : make_float4(0.f, 0.f, 0.f, 0.f);
+      values[4 * q] = loaded.x;
+      values[4 * q + 1] = loaded.y;
+      values[4 * q + 2] = loaded.z;
+      values[4 * q + 3] = loaded.w;
+    }
+  };
+  // Counts first, when the segments must be placed after one another.
+  unsigned int above_seen = 0, bin_seen = 0;  // block-uniform running totals
+  if (blocks > 1) {
+    unsigned int above_count = 0, bin_in_segment = 0;
+    for (int base = begin; base < end; base += kPooledThreads * kPooledPerThread) {
+      const int first = base + tid * kPooledPerThread;
+      float values[kPooledPerThread];
+      load_round(first, values);
+#pragma unroll
+      for (int e = 0; e < kPooledPerThread; ++e) {
+        const uint32_t bin = bin_of(float_order_key(values[e]));
+        const bool valid = first + e < end;
+        above_count += (valid && bin > threshold_bin) ? 1u : 0u;
+        bin_in_segment += (valid && bin == threshold_bin) ? 1u : 0u;
+      }
+    }
+    unsigned int total_above, total_bin;
+    detail::block_exclusive_scan<kPooledThreads>(above_count, total_above, shared.warp_totals);
+    detail::block_exclusive_scan<kPooledThreads>(bin_in_segment, total_bin, shared.warp_totals);
+    if (tid == 0) {
+      shared.segment_above = total_above;
+      shared.segment_bin = total_bin;
+    }
+    cluster.sync();  // every segment's counts published
+    for (int r = 0; r < blocks; ++r) {
+      above_seen += r < rank ? *cluster.of_rank(&shared.segment_above, r) : 0u;
+      bin_seen += r < rank ? *cluster.of_rank(&shared.segment_bin, r) : 0u;
+    }
+  }
+  const unsigned int above_first = above_seen;  // this block's first entry in the scratch list
+  // Keys above the bin go to the scratch list, the bin's keys to block 0's shared memory.
+  int2* above = p.above + set_row * p.index_stride;
+  for (int base = begin; base < end; base += kPooledThreads * kPooledPerThread) {
+    const int first = base + tid * kPooledPerThread;
+    float values[kPooledPerThread];
+    load_round(first, values);
+    unsigned int above_mask = 0, bin_mask = 0;
+#pragma unroll
+    for (int e = 0; e < kPooledPerThread; ++e) {
+      const uint32_t bin = bin_of(float_order_key(values[e]));
+      const bool valid = first + e < end;
+      above_mask |= (valid && bin > threshold_bin) ? 1u << e : 0u;
+      bin_mask |= (valid && bin == threshold_bin) ? 1u << e : 0u;
+    }
+    // Both counts in one scan: above in the low 16 bits, bin keys in the high.
+    unsigned int total;
+    const unsigned int before = detail::block_exclusive_scan<kPooledThreads>(
+        __popc(above_mask) | (__popc(bin_mask) << 16), total, shared.warp_totals);
+    unsigned int above_at = above_seen + (before & 0xffffu);
+    unsigned int bin_at = bin_seen + (before >> 16);
+#pragma unroll
+    for (int e = 0; e < kPooledPerThread; ++e) {
+      if (above_mask & (1u << e)) {
+        above[above_at++] = make_int2(first + e, int(bin_at));
+      } else if (bin_mask & (1u << e)) {
+        cluster.of_rank(shared.fast.key, 0)[bin_at] = float_order_key(values[e]);
+        cluster.of_rank(shared.fast.position, 0)[bin_at] = first + e;
+        cluster.of_rank(shared.fast.above_before, 0)[bin_at] = int(above_at);
+        ++bin_at;
+      }
+    }
+    above_seen += total & 0xffffu;
+    bin_seen += total >> 16;
+  }
+  cluster.sync();  // every bin key is in block 0, every scratch entry written
+  if (rank == 0) choose_bin_keys(shared, bin_take, bin_count, out);
+  cluster.sync();  // block 0 has written the chosen bin keys and chosen_before
+
+  // This block's keys above the bin move up by the chosen bin keys before them.
+  const int* chosen_before = cluster.of_rank(shared.fast.chosen_before, 0);
+  for (unsigned int i = above_first + tid; i < above_seen; i += kPooledThreads) {
+    const int2 entry = above[i];
+    out[i + (entry.y < int(bin_count) ? chosen_before[entry.y] : int(bin_take))] = entry.x;
+  }
+  cluster.sync();  // block 0's shared memory is read until here
+}
+
 
 // One block per row of the standalone top-k.
 __global__ void __launch_bounds__(kSelectThreads, 2) top_k_kernel(const float* values, int64_t row_stride,
@@ -825,9 +931,33 @@ void launch_decode_merge(const DecodeParams& params, DType dtype, int head_dim, 
 }
 
 void launch_pooled_select_decode(const PooledSelectParams& params, cudaStream_t stream) {
-  const dim3 grid(params.n_kv_heads, params.batch);
-  pooled_select_decode_kernel<<<grid, kPooledThreads, params.group * sizeof(float), stream>>>(params);
-  check_cuda(cudaGetLastError(), "launch pooled_select_decode_kernel");
+  // Rows of the longest sequence's length (score_stride) are cut into
+  // segments of at least kMinPooledSegment keys, into no more blocks than
+  // multiprocessors (run 39: batch 8 at 8K and 32K lost 2-23 % to clusters of
+  // 4 blocks, batch 1 at 8K 12 % to clusters of 8).
+  constexpr int64_t kMinPooledSegment = 8192;
+  const int rows = params.batch * params.n_kv_heads;
+  const int64_t wanted = std::min<int64_t>(multiprocessor_count() / rows, params.score_stride / kMinPooledSegment);
+  const int blocks_per_row = static_cast<int>(std::clamp<int64_t>(wanted, 1, kMaxPooledCluster));
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks_per_row, params.n_kv_heads, params.batch);
+  config.blockDim = dim3(kPooledThreads);
+  config.dynamicSmemBytes = params.group * sizeof(float);
+  config.stream = stream;
+  if (blocks_per_row == 1) {
+    check_cuda(cudaLaunchKernelEx(&config, pooled_select_decode_kernel<false>, params),
+               "launch pooled_select_decode_kernel");
+    return;
+  }
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = blocks_per_row;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&config, pooled_select_decode_kernel<true>, params),
+             "launch pooled_select_decode_kernel (cluster)");
 }
 
 void launch_top_k(const float* values, int64_t row_stride, const int* lengths, const int* k, int rows, int* out,

@@ -549,6 +549,9 @@ int main() {
     test_decode({false, 9, 3, 64, {3001, 129, 5}}, small);
     test_decode({true, 8, 4, 256, {2500, 700}}, standard);
     test_decode({false, 24, 1, 64, {1900, 333}}, small);  // g = 24: two head blocks
+    // Few rows, long ones: the pooled selection splits each row over a cluster
+    // of 8 blocks; 77 keys leave three of them empty segments.
+    test_decode({false, 16, 2, 128, {70001, 77, 16385}}, standard);
     test_prefill({false, 9, 3, 64, {1333, 500}}, small, 16);
     test_prefill({true, 9, 3, 64, {1100}}, small, 64);
     test_prefill({false, 8, 4, 256, {900, 450}}, standard, 64);
