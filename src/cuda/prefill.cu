@@ -3,11 +3,11 @@
 // and reuse layers), the per-row LSE pass of an anchor, and the anchor's
 // streaming pooled-score selection.
 //
-// Two cores: head_dim 128 runs every one of these passes on the Hopper core
-// (wgmma + TMA, warp-specialised; wgmma_prefill_kernel and
-// wgmma_tile_select_kernel below, layouts in wgmma_common.cuh). head_dim 64
-// and 256 (and head_dim 128 with KASCADE_PREFILL_CORE=mma) use the mma.sync
-// m16n8k16 core (prefill_attention_kernel, tile_select_kernel), described next.
+// Two cores: head_dim 64 and 128 run every one of these passes on the Hopper
+// core (wgmma + TMA, warp-specialised; wgmma_prefill_kernel and
+// wgmma_tile_select_kernel below, layouts in wgmma_common.cuh). head_dim 256
+// (and 64 and 128 with KASCADE_PREFILL_CORE=mma) use the mma.sync m16n8k16
+// core (prefill_attention_kernel, tile_select_kernel), described next.
 //
 // A block holds 128 rows of one KV head: row r is query q0 + r / g of head
 // r % g, so the g heads of a group share every K/V chunk loaded into shared
@@ -365,43 +365,44 @@ __global__ void __launch_bounds__(PrefillConfig<kHeadDim, kMode == PrefillMode::
 }
 
 // ---------------------------------------------------------------------------
-// The Hopper core (wgmma + TMA, warp-specialised) for head_dim 128; see
-// wgmma_common.cuh for layouts. Same semantics as prefill_attention_kernel.
+// The Hopper core (wgmma + TMA, warp-specialised) for head_dim 64 and 128;
+// see wgmma_common.cuh for layouts. Same semantics as prefill_attention_kernel.
 
 // Copies the even or odd (`parity`) 16-byte pieces of block row `row` of a
 // Hopper query tile (zeros for a padding row). Two neighbouring threads share
 // a row, so a warp's copies read whole 32-byte sectors, and each thread
 // divides by the group size once instead of once per piece (run 26).
-template <typename T, typename Params>  // PrefillParams or TileSelectParams
+template <typename T, int kDim, typename Params>  // PrefillParams or TileSelectParams
 __device__ __forceinline__ void copy_query_row(const Params& p, int b, int q0, int block_queries, int kv_head,
                                                int seq_len, int row_base, int row, int parity, uint32_t tile) {
   const RowInfo info = row_info(row_base + row, q0, block_queries, p.group, kv_head, seq_len);
   const bool valid = info.query >= 0;
   const T* source = static_cast<const T*>(p.queries);
-  if (valid) source += ((int64_t(b) * p.max_seq_len + info.query) * p.n_heads + info.head) * hopper::kDim;
+  if (valid) source += ((int64_t(b) * p.max_seq_len + info.query) * p.n_heads + info.head) * kDim;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kDim / 16; ++i) {
     const int chunk = 2 * i + parity;
     cp_async_16(tile + hopper::swizzled(row, chunk, hopper::kQueryHalfBytes), source + chunk * 8, valid);
   }
 }
 
-template <typename T, PrefillKeys kKeys, PrefillMode kMode, bool kOverlap>
+template <typename T, int kDim, PrefillKeys kKeys, PrefillMode kMode, bool kOverlap>
 __global__ void __launch_bounds__(hopper::kThreads, 1)
     wgmma_prefill_kernel(const __grid_constant__ hopper::Params params) {
   constexpr bool kReadValues = kMode == PrefillMode::Attend;
   constexpr bool kGather = kKeys == PrefillKeys::Selected;
-  using Config = hopper::Config<kReadValues>;
+  using Tiles = hopper::Tiles<kDim>;
+  using Config = hopper::Config<kDim, kReadValues>;
   constexpr int kStages = Config::kStages;
   constexpr int kChunk = hopper::kChunk;
   const PrefillParams& p = params.p;
   extern __shared__ __align__(128) unsigned char shared[];
   const uint32_t base = (shared_address(shared) + 1023u) & ~1023u;
   const uint32_t query_tile = base;
-  const uint32_t stages = base + hopper::kQueryBytes;
+  const uint32_t stages = base + Tiles::kQueryBytes;
   const uint32_t barriers = base + Config::kBarrierOffset;
   auto key_stage = [&](int s) { return stages + s * Config::kStageBytes; };
-  auto value_stage = [&](int s) { return stages + s * Config::kStageBytes + hopper::kTileBytes; };
+  auto value_stage = [&](int s) { return stages + s * Config::kStageBytes + Tiles::kTileBytes; };
   auto full_keys = [&](int s) { return barriers + 8 * s; };
   auto full_values = [&](int s) { return barriers + 8 * (kStages + s); };
   auto empty_keys = [&](int s) { return barriers + 8 * (2 * kStages + s); };
@@ -437,28 +438,30 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
       const T* key_base = static_cast<const T*>(p.keys) + kv_offset;
       const T* value_base = static_cast<const T*>(p.values) + kv_offset;
       // Lane l of warp w fetches the position of chunk row 32 w + l; copy
-      // 4 t + u then moves 16-byte piece `lane & 15` of row
-      // 32 w + 8 t + 2 u + (lane >> 4), 16 lanes per row. The lane's source
-      // column and the swizzled offsets of its rows (the swizzle repeats
-      // every 8 rows) are computed once, and rows past the keys repeat the
-      // block's last key (masked: their probabilities are exact zeros), so
-      // that a copy is a shuffle, a multiply-add and the copy. At 21
-      // instructions per copy the producer issued a third of the block's
-      // instructions (run 23).
-      const int piece = lane & 15, row_lane = lane >> 4;
+      // (t, u) then moves 16-byte piece `lane % kPieces` of row
+      // 32 w + 8 t + kRowLanes u + lane / kPieces, kPieces lanes per row. The
+      // lane's source column and the swizzled offsets of its rows (the
+      // swizzle repeats every 8 rows) are computed once, and rows past the
+      // keys repeat the block's last key (masked: their probabilities are
+      // exact zeros), so that a copy is a shuffle, a multiply-add and the
+      // copy. At 21 instructions per copy the producer issued a third of the
+      // block's instructions (run 23).
+      constexpr int kPieces = kDim / 8;           // 16-byte pieces of a row
+      constexpr int kRowLanes = 32 / kPieces;     // rows one warp instruction copies
+      constexpr int kCopies = 8 / kRowLanes;      // copies per 8-row group
+      const int piece = lane % kPieces, row_lane = lane / kPieces;
       const char* key_column = reinterpret_cast<const char*>(key_base + piece * 8);
       const char* value_column = reinterpret_cast<const char*>(value_base + piece * 8);
-      uint32_t row_offsets[4];
+      uint32_t row_offsets[kCopies];
 #pragma unroll
-      for (int u = 0; u < 4; ++u)
-        row_offsets[u] = hopper::swizzled(warp * 32 + 2 * u + row_lane, piece, hopper::kHalfBytes);
+      for (int u = 0; u < kCopies; ++u)
+        row_offsets[u] = hopper::swizzled(warp * 32 + kRowLanes * u + row_lane, piece, hopper::kHalfBytes);
       auto copy_rows = [&](uint32_t stage, const char* column, int position) {
         for (int t = 0; t < 4; ++t)
 #pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            const int row_position = __shfl_sync(0xffffffffu, position, 8 * t + 2 * u + row_lane);
-            cp_async_16(stage + row_offsets[u] + 1024 * t, column + int64_t(row_position) * (hopper::kDim * sizeof(T)),
-                        true);
+          for (int u = 0; u < kCopies; ++u) {
+            const int row_position = __shfl_sync(0xffffffffu, position, 8 * t + kRowLanes * u + row_lane);
+            cp_async_16(stage + row_offsets[u] + 1024 * t, column + int64_t(row_position) * (kDim * sizeof(T)), true);
           }
       };
       auto position_of = [&](int c) {
@@ -486,14 +489,17 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
           const int s = c % kStages;
           if (c >= kStages) hopper::barrier_wait(empty_keys(s), ((c / kStages) + 1) & 1);
           const int row = row0 + c * kChunk;
-          hopper::barrier_expect_bytes(full_keys(s), hopper::kTileBytes);
-          hopper::tma_load_2d(key_stage(s), &params.keys_map, 0, row, full_keys(s));
-          hopper::tma_load_2d(key_stage(s) + hopper::kHalfBytes, &params.keys_map, 64, row, full_keys(s));
+          hopper::barrier_expect_bytes(full_keys(s), Tiles::kTileBytes);
+#pragma unroll
+          for (int h = 0; h < Tiles::kHalves; ++h)
+            hopper::tma_load_2d(key_stage(s) + h * hopper::kHalfBytes, &params.keys_map, 64 * h, row, full_keys(s));
           if constexpr (kReadValues) {
             if (c >= kStages) hopper::barrier_wait(empty_values(s), ((c / kStages) + 1) & 1);
-            hopper::barrier_expect_bytes(full_values(s), hopper::kTileBytes);
-            hopper::tma_load_2d(value_stage(s), &params.values_map, 0, row, full_values(s));
-            hopper::tma_load_2d(value_stage(s) + hopper::kHalfBytes, &params.values_map, 64, row, full_values(s));
+            hopper::barrier_expect_bytes(full_values(s), Tiles::kTileBytes);
+#pragma unroll
+            for (int h = 0; h < Tiles::kHalves; ++h)
+              hopper::tma_load_2d(value_stage(s) + h * hopper::kHalfBytes, &params.values_map, 64 * h, row,
+                                  full_values(s));
           }
         }
       }
@@ -513,7 +519,8 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
   const int quad_row = lane >> 2, quad_col = lane & 3;
 
   // This warpgroup's 64 query rows.
-  copy_query_row<T>(p, b, q0, p.block_queries, kv_head, seq_len, row_base, 64 * group + (t >> 1), t & 1, query_tile);
+  copy_query_row<T, kDim>(p, b, q0, p.block_queries, kv_head, seq_len, row_base, 64 * group + (t >> 1), t & 1,
+                          query_tile);
   cp_async_commit();
   cp_async_wait<0>();
   hopper::fence_proxy_async();
@@ -537,9 +544,9 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
   const uint64_t query_descriptor = hopper::descriptor_k_major(query_tile + 64 * group * 128);
 
   SoftmaxState state[2];
-  float out[64];
+  float out[Tiles::kOutRegisters];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) out[i] = 0.f;
+  for (int i = 0; i < Tiles::kOutRegisters; ++i) out[i] = 0.f;
 
   // S = Q K^T of chunk c into `scores` (issued, not waited for).
   auto issue_scores = [&](int c, float (&scores)[64]) {
@@ -549,7 +556,7 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
     const uint64_t key_descriptor = hopper::descriptor_k_major(key_stage(s));
     hopper::wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < hopper::kDim / 16; ++k)
+    for (int k = 0; k < kDim / 16; ++k)
       hopper::wgmma_ss<T>(
           scores, hopper::descriptor_advance(query_descriptor, hopper::k_step_offset(k, hopper::kQueryHalfBytes)),
           hopper::descriptor_advance(key_descriptor, hopper::k_step_offset(k, hopper::kHalfBytes)), k > 0);
@@ -598,7 +605,7 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
   };
   auto rescale_out = [&](const float (&rescale)[2]) {
 #pragma unroll
-    for (int j = 0; j < hopper::kDim / 8; ++j)
+    for (int j = 0; j < kDim / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) out[4 * j + e] *= rescale[e >> 1];
   };
@@ -625,8 +632,8 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
       hopper::fence_proxy_async();
     } else if (key0 + kChunk > seq_len) {
       const int first = max(seq_len - key0, 0);
-      for (int piece = consumer; piece < (kChunk - first) * 16; piece += 256) {
-        const int row = first + piece / 16, chunk = piece % 16;
+      for (int piece = consumer; piece < (kChunk - first) * (kDim / 8); piece += 256) {
+        const int row = first + piece / (kDim / 8), chunk = piece % (kDim / 8);
         asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(
                          value_stage(s) + hopper::swizzled(row, chunk, hopper::kHalfBytes)),
                      "r"(0)
@@ -748,9 +755,9 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
     if constexpr (kReadValues) {
       const float inverse = state_row.sum > 0.f ? 1.f / state_row.sum : 0.f;
       T* out_row =
-          static_cast<T*>(p.output) + ((int64_t(b) * p.max_seq_len + info.query) * p.n_heads + info.head) * hopper::kDim;
+          static_cast<T*>(p.output) + ((int64_t(b) * p.max_seq_len + info.query) * p.n_heads + info.head) * kDim;
 #pragma unroll
-      for (int j = 0; j < hopper::kDim / 8; ++j) {
+      for (int j = 0; j < kDim / 8; ++j) {
         const uint32_t packed = ElementTraits<T>::pack2(out[4 * j + 2 * r] * inverse, out[4 * j + 2 * r + 1] * inverse);
         *reinterpret_cast<uint32_t*>(out_row + 8 * j + 2 * quad_col) = packed;
       }
@@ -879,7 +886,7 @@ __global__ void __launch_bounds__(kThreads) tile_select_kernel(const TileSelectP
   }
 }
 
-// Anchor tile selection on the Hopper core (head_dim 128). Persistent blocks
+// Anchor tile selection on the Hopper core (head_dim 64 and 128). Persistent blocks
 // of two warpgroups take (sequence, KV head, tile) items as
 // tile_select_kernel does, but compute S^T = K Q^T: warpgroup w's 64
 // accumulator rows are keys [64 w, 64 w + 64) of a 128-key chunk and its
@@ -888,7 +895,7 @@ __global__ void __launch_bounds__(kThreads) tile_select_kernel(const TileSelectP
 // a thread, then two shuffles) and no cross-warp reduction is needed. Key
 // chunks arrive by TMA (thread 0 issues one chunk ahead), two stages; the
 // two warpgroups take turns on the tensor cores (ping-pong).
-template <typename T>
+template <typename T, int kDim>
 __global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_constant__ hopper::SelectParams params) {
   constexpr int kStages = hopper::kSelectStages;
   constexpr int kChunk = hopper::kChunk;
@@ -898,13 +905,15 @@ __global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_
   const uint32_t raw = shared_address(shared);
   const uint32_t base = (raw + 1023u) & ~1023u;
   const uint32_t query_tile = base;
-  const uint32_t stages = base + hopper::kQueryBytes;
-  const uint32_t barriers = stages + kStages * hopper::kTileBytes;
+  using Tiles = hopper::Tiles<kDim>;
+  static_assert(kStages * Tiles::kTileBytes >= sizeof(RadixSelectShared<256>), "the radix select lives in the stages");
+  const uint32_t stages = base + Tiles::kQueryBytes;
+  const uint32_t barriers = stages + kStages * Tiles::kTileBytes;
   auto full = [&](int s) { return barriers + 8 * s; };
   auto empty = [&](int s) { return barriers + 8 * (kStages + s); };
   // The radix select runs after a work item's chunks are consumed: its
   // shared state lives in the (then idle) key stages.
-  auto& select_shared = *reinterpret_cast<RadixSelectShared<256>*>(shared + (base - raw) + hopper::kQueryBytes);
+  auto& select_shared = *reinterpret_cast<RadixSelectShared<256>*>(shared + (base - raw) + Tiles::kQueryBytes);
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -957,16 +966,18 @@ __global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_
       const int stage = issued % kStages;
       if (issued >= kStages) hopper::barrier_wait(empty(stage), ((issued / kStages) + 1) & 1);
       ++issued;
-      const uint32_t destination = stages + stage * hopper::kTileBytes;
-      hopper::barrier_expect_bytes(full(stage), hopper::kTileBytes);
-      hopper::tma_load_2d(destination, &params.keys_map, 0, key_row0 + c * kChunk, full(stage));
-      hopper::tma_load_2d(destination + hopper::kHalfBytes, &params.keys_map, 64, key_row0 + c * kChunk, full(stage));
+      const uint32_t destination = stages + stage * Tiles::kTileBytes;
+      hopper::barrier_expect_bytes(full(stage), Tiles::kTileBytes);
+#pragma unroll
+      for (int h = 0; h < Tiles::kHalves; ++h)
+        hopper::tma_load_2d(destination + h * hopper::kHalfBytes, &params.keys_map, 64 * h, key_row0 + c * kChunk,
+                            full(stage));
     };
 
     for (int row_block = 0; row_block < row_blocks; ++row_block) {
       const int row_base = row_block * kBlockRows;
       __syncthreads();  // every wgmma of the previous row block has read the query tile
-      copy_query_row<T>(p, b, s, block_queries, kv_head, seq_len, row_base, threadIdx.x >> 1, threadIdx.x & 1,
+      copy_query_row<T, kDim>(p, b, s, block_queries, kv_head, seq_len, row_base, threadIdx.x >> 1, threadIdx.x & 1,
                         query_tile);
       cp_async_commit();
       if (threadIdx.x == 0) issue(0);
@@ -1005,12 +1016,12 @@ __global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_
         // `consumed` is per thread to the compiler: broadcast the stage so
         // that the descriptors stay in uniform registers.
         const uint64_t key_descriptor = hopper::descriptor_k_major(
-            stages + __shfl_sync(0xffffffffu, stage, 0) * hopper::kTileBytes + 64 * group * 128);
+            stages + __shfl_sync(0xffffffffu, stage, 0) * Tiles::kTileBytes + 64 * group * 128);
         float scores[64];
         hopper::named_barrier(4 + group, 256);  // ping-pong: this warpgroup's turn on the tensor cores
         hopper::wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < hopper::kDim / 16; ++kk)
+        for (int kk = 0; kk < kDim / 16; ++kk)
           hopper::wgmma_ss<T>(
               scores, hopper::descriptor_advance(key_descriptor, hopper::k_step_offset(kk, hopper::kHalfBytes)),
               hopper::descriptor_advance(query_descriptor, hopper::k_step_offset(kk, hopper::kQueryHalfBytes)), kk > 0);
@@ -1100,14 +1111,14 @@ const KernelInfo& prefill_kernel_for_type(int head_dim, PrefillKeys keys, Prefil
 }
 
 
-// The Hopper core serves head_dim 128 unless KASCADE_PREFILL_CORE=mma asks
-// for the mma.sync core (A/B runs); other head dims use the mma.sync core.
+// The Hopper core serves head_dim 64 and 128 unless KASCADE_PREFILL_CORE=mma
+// asks for the mma.sync core (A/B runs); head_dim 256 uses the mma.sync core.
 bool use_hopper_core(int head_dim) {
   static const bool mma_sync_only = [] {
     const char* value = std::getenv("KASCADE_PREFILL_CORE");
     return value != nullptr && std::string_view(value) == "mma";
   }();
-  return head_dim == hopper::kDim && !mma_sync_only;
+  return (head_dim == 64 || head_dim == 128) && !mma_sync_only;
 }
 
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
@@ -1128,13 +1139,13 @@ EncodeTiled tensor_map_encoder() {
   return encode;
 }
 
-// [rows][128] elements, boxes of 64 x kChunk, 128-byte swizzle; rows past
-// the end read as zeros.
-CUtensorMap kv_tensor_map(const void* data, DType dtype, int64_t rows) {
+// [rows][head_dim] elements, boxes of 64 x kChunk, 128-byte swizzle; rows
+// past the end read as zeros.
+CUtensorMap kv_tensor_map(const void* data, DType dtype, int64_t rows, int head_dim) {
   CUtensorMap map;
   std::memset(&map, 0, sizeof(map));
-  const cuuint64_t dims[2] = {cuuint64_t(hopper::kDim), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(hopper::kDim) * 2};
+  const cuuint64_t dims[2] = {cuuint64_t(head_dim), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(head_dim) * 2};
   const cuuint32_t box[2] = {64, cuuint32_t(hopper::kChunk)};
   const cuuint32_t element_strides[2] = {1, 1};
   const CUresult result = tensor_map_encoder()(
@@ -1145,11 +1156,11 @@ CUtensorMap kv_tensor_map(const void* data, DType dtype, int64_t rows) {
   return map;
 }
 
-template <typename T, PrefillKeys kKeys, PrefillMode kMode, bool kOverlap>
+template <typename T, int kDim, PrefillKeys kKeys, PrefillMode kMode, bool kOverlap>
 const KernelInfo& wgmma_kernel_info() {
   static const KernelInfo info =
-      configure(reinterpret_cast<const void*>(&wgmma_prefill_kernel<T, kKeys, kMode, kOverlap>),
-                hopper::Config<kMode == PrefillMode::Attend>::kSharedBytes, hopper::kThreads,
+      configure(reinterpret_cast<const void*>(&wgmma_prefill_kernel<T, kDim, kKeys, kMode, kOverlap>),
+                hopper::Config<kDim, kMode == PrefillMode::Attend>::kSharedBytes, hopper::kThreads,
                 "configure wgmma_prefill_kernel");
   return info;
 }
@@ -1164,25 +1175,30 @@ bool overlap_enabled() {
   return enabled;
 }
 
-template <typename T>
-const KernelInfo& wgmma_kernel_for_type(PrefillKeys keys, PrefillMode mode) {
+template <typename T, int kDim>
+const KernelInfo& wgmma_kernel_for_dim(PrefillKeys keys, PrefillMode mode) {
   const bool overlap = overlap_enabled();
   if (keys == PrefillKeys::Selected) {
     if (mode != PrefillMode::Attend) unsupported("prefill mode (LSE of a selected-key pass)", int(mode));
-    return overlap ? wgmma_kernel_info<T, PrefillKeys::Selected, PrefillMode::Attend, true>()
-                   : wgmma_kernel_info<T, PrefillKeys::Selected, PrefillMode::Attend, false>();
+    return overlap ? wgmma_kernel_info<T, kDim, PrefillKeys::Selected, PrefillMode::Attend, true>()
+                   : wgmma_kernel_info<T, kDim, PrefillKeys::Selected, PrefillMode::Attend, false>();
   }
   if (mode == PrefillMode::LseOnly)
-    return overlap ? wgmma_kernel_info<T, PrefillKeys::Causal, PrefillMode::LseOnly, true>()
-                   : wgmma_kernel_info<T, PrefillKeys::Causal, PrefillMode::LseOnly, false>();
-  return overlap ? wgmma_kernel_info<T, PrefillKeys::Causal, PrefillMode::Attend, true>()
-                 : wgmma_kernel_info<T, PrefillKeys::Causal, PrefillMode::Attend, false>();
+    return overlap ? wgmma_kernel_info<T, kDim, PrefillKeys::Causal, PrefillMode::LseOnly, true>()
+                   : wgmma_kernel_info<T, kDim, PrefillKeys::Causal, PrefillMode::LseOnly, false>();
+  return overlap ? wgmma_kernel_info<T, kDim, PrefillKeys::Causal, PrefillMode::Attend, true>()
+                 : wgmma_kernel_info<T, kDim, PrefillKeys::Causal, PrefillMode::Attend, false>();
+}
+
+template <typename T>
+const KernelInfo& wgmma_kernel_for_type(int head_dim, PrefillKeys keys, PrefillMode mode) {
+  return head_dim == 64 ? wgmma_kernel_for_dim<T, 64>(keys, mode) : wgmma_kernel_for_dim<T, 128>(keys, mode);
 }
 
 void launch_wgmma_prefill(const PrefillParams& params, DType dtype, int head_dim, PrefillKeys keys, PrefillMode mode,
                           cudaStream_t stream) {
-  const KernelInfo& info = dtype == DType::F16 ? wgmma_kernel_for_type<__half>(keys, mode)
-                                               : wgmma_kernel_for_type<__nv_bfloat16>(keys, mode);
+  const KernelInfo& info = dtype == DType::F16 ? wgmma_kernel_for_type<__half>(head_dim, keys, mode)
+                                               : wgmma_kernel_for_type<__nv_bfloat16>(head_dim, keys, mode);
   hopper::Params hp;
   std::memset(&hp.keys_map, 0, sizeof(hp.keys_map));
   std::memset(&hp.values_map, 0, sizeof(hp.values_map));
@@ -1191,8 +1207,8 @@ void launch_wgmma_prefill(const PrefillParams& params, DType dtype, int head_dim
   if (keys == PrefillKeys::Causal) {
     const int64_t rows = int64_t(params.batch) * params.n_kv_heads * hp.capacity;
     if (rows >= (int64_t(1) << 31)) unsupported("KV rows for the tensor map", rows);
-    hp.keys_map = kv_tensor_map(params.keys, dtype, rows);
-    if (mode == PrefillMode::Attend) hp.values_map = kv_tensor_map(params.values, dtype, rows);
+    hp.keys_map = kv_tensor_map(params.keys, dtype, rows, head_dim);
+    if (mode == PrefillMode::Attend) hp.values_map = kv_tensor_map(params.values, dtype, rows, head_dim);
   }
   const dim3 grid = prefill_grid(params);
   void* arguments[] = {&hp};
@@ -1218,18 +1234,24 @@ const KernelInfo& tile_select_kernel_for_type(int head_dim) {
   unsupported("head_dim", head_dim);
 }
 
-template <typename T>
+template <typename T, int kDim>
 const KernelInfo& wgmma_tile_select_kernel_info() {
-  static const KernelInfo info = configure(reinterpret_cast<const void*>(&wgmma_tile_select_kernel<T>),
-                                           hopper::kSelectSharedBytes, 256, "configure wgmma_tile_select_kernel");
+  static const KernelInfo info = configure(reinterpret_cast<const void*>(&wgmma_tile_select_kernel<T, kDim>),
+                                           hopper::select_shared_bytes<kDim>(), 256,
+                                           "configure wgmma_tile_select_kernel");
   return info;
 }
 
-// head_dim 128 selects on the Hopper core, other head dims on mma.sync.
+template <typename T>
+const KernelInfo& wgmma_tile_select_kernel_for_type(int head_dim) {
+  return head_dim == 64 ? wgmma_tile_select_kernel_info<T, 64>() : wgmma_tile_select_kernel_info<T, 128>();
+}
+
+// head_dim 64 and 128 select on the Hopper core, head_dim 256 on mma.sync.
 const KernelInfo& tile_select_kernel_for(DType dtype, int head_dim) {
   if (use_hopper_core(head_dim))
-    return dtype == DType::F16 ? wgmma_tile_select_kernel_info<__half>()
-                               : wgmma_tile_select_kernel_info<__nv_bfloat16>();
+    return dtype == DType::F16 ? wgmma_tile_select_kernel_for_type<__half>(head_dim)
+                               : wgmma_tile_select_kernel_for_type<__nv_bfloat16>(head_dim);
   return dtype == DType::F16 ? tile_select_kernel_for_type<__half>(head_dim)
                              : tile_select_kernel_for_type<__nv_bfloat16>(head_dim);
 }
@@ -1261,7 +1283,7 @@ void launch_tile_select(const TileSelectParams& params, DType dtype, int head_di
     hp.capacity = static_cast<int>(params.kv_head_stride / head_dim);
     const int64_t rows = int64_t(params.batch) * params.n_kv_heads * hp.capacity;
     if (rows >= (int64_t(1) << 31)) unsupported("KV rows for the tensor map", rows);
-    hp.keys_map = kv_tensor_map(params.keys, dtype, rows);
+    hp.keys_map = kv_tensor_map(params.keys, dtype, rows, head_dim);
     void* arguments[] = {&hp};
     check_cuda(cudaLaunchKernel(info.kernel, dim3(n_blocks), dim3(info.threads), arguments, info.shared_bytes, stream),
                "launch wgmma_tile_select_kernel");

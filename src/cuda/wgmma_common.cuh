@@ -5,15 +5,15 @@
 // warp specialisation: one producer warpgroup, two consumer warpgroups of 64
 // rows each, registers moved to the consumers with setmaxnreg.
 //
-// Covers head_dim 128 (fp16, bf16): the dense causal pass, the anchor's LSE
-// pass and the selected-keys-plus-own-tile pass. head_dim 64 and 256 and the
-// anchor's pooled tile selection stay on the mma.sync core in prefill.cu.
+// Covers head_dim 64 and 128 (fp16, bf16): the dense causal pass, the
+// anchor's LSE pass, the selected-keys-plus-own-tile pass and the anchor's
+// pooled tile selection. head_dim 256 stays on the mma.sync core in prefill.cu.
 //
 // Block rows are as in prefill.cu: 128 (query, head) rows of one KV head,
 // row r = query q0 + r / g, head r % g. Consumer warpgroup w owns rows
 // [64 w, 64 w + 64); keys stream in chunks of 128.
 //
-// Shared tiles hold rows of 128 elements as two 64-element halves (each
+// Shared tiles hold rows of head_dim elements as 64-element halves (each
 // [rows][128 B], 16-byte chunk c of row r at chunk c ^ (r % 8)): the layout
 // TMA's SWIZZLE_128B writes and wgmma's 128-byte-swizzle descriptors read.
 // S = Q K^T takes both operands from shared memory (K-major); O += P V takes
@@ -29,26 +29,34 @@
 
 namespace kascade::cuda::detail::hopper {
 
-constexpr int kDim = 128;            // head_dim served here
 constexpr int kRows = 128;           // block rows (two consumer warpgroups x 64)
 constexpr int kChunk = 128;          // keys per pipeline stage
 constexpr int kThreads = 384;        // producer warpgroup + 2 consumer warpgroups
 constexpr int kHalfBytes = kChunk * 128;       // one 64-element half of a K or V tile
-constexpr int kTileBytes = 2 * kHalfBytes;     // 32 KB
 constexpr int kQueryHalfBytes = kRows * 128;
-constexpr int kQueryBytes = 2 * kQueryHalfBytes;
 
-template <bool kReadValues>
+// Tiles of head_dim kDim: kDim / 64 halves.
+template <int kDim>
+struct Tiles {
+  static_assert(kDim == 64 || kDim == 128, "the Hopper core serves head_dim 64 and 128");
+  static constexpr int kHalves = kDim / 64;
+  static constexpr int kTileBytes = kHalves * kHalfBytes;  // 16 or 32 KB
+  static constexpr int kQueryBytes = kHalves * kQueryHalfBytes;
+  // O accumulators of a consumer thread: 64 rows x kDim over 128 threads.
+  static constexpr int kOutRegisters = kDim / 2;
+};
+
+template <int kDim, bool kReadValues>
 struct Config {
   static constexpr int kStages = kReadValues ? 3 : 4;
-  static constexpr int kStageBytes = kTileBytes * (kReadValues ? 2 : 1);
-  static constexpr int kBarrierOffset = kQueryBytes + kStages * kStageBytes;
+  static constexpr int kStageBytes = Tiles<kDim>::kTileBytes * (kReadValues ? 2 : 1);
+  static constexpr int kBarrierOffset = Tiles<kDim>::kQueryBytes + kStages * kStageBytes;
   // + barriers, + 1 KB to align the tiles to the 1024-byte swizzle atom.
   static constexpr int kSharedBytes = kBarrierOffset + 4 * kStages * 8 + 1024;
 };
 
 // Kernel parameters: the generic prefill parameters plus the K/V tensor maps
-// (2-D views [batch * G * capacity rows][128], boxes of 64 x 128, 128-byte
+// (2-D views [batch * G * capacity rows][head_dim], boxes of 64 x 128, 128-byte
 // swizzle); the maps are unused by the gathering pass.
 struct Params {
   CUtensorMap keys_map;
@@ -60,7 +68,10 @@ struct Params {
 // The anchor's tile selection: query tile + two key stages (the radix
 // select's shared state reuses the stages), two blocks per multiprocessor.
 constexpr int kSelectStages = 2;
-constexpr int kSelectSharedBytes = kQueryBytes + kSelectStages * kTileBytes + 2 * kSelectStages * 8 + 1024;
+template <int kDim>
+constexpr int select_shared_bytes() {
+  return Tiles<kDim>::kQueryBytes + kSelectStages * Tiles<kDim>::kTileBytes + 2 * kSelectStages * 8 + 1024;
+}
 
 struct SelectParams {
   CUtensorMap keys_map;
@@ -111,9 +122,10 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 // Keeps the compiler from moving accumulator reads/writes across the async window.
-__device__ __forceinline__ void fence_registers(float (&d)[64]) {
+template <int kCount>
+__device__ __forceinline__ void fence_registers(float (&d)[kCount]) {
 #pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // The 64 fp32 accumulators of one m64n128 wgmma: their PTX operand list and
@@ -135,6 +147,9 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64
 // D (64 x 128) += A (64 x 16, registers) * B (16 x 128, shared, MN-major).
 template <typename T>
 __device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int accumulate);
+// D (64 x 64) += A (64 x 16, registers) * B (16 x 64, shared, MN-major): P V at head_dim 64.
+template <typename T>
+__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int accumulate);
 
 #define KASCADE_WGMMA_FORMS(T, PTX_TYPE)                                                                  \
   template <>                                                                                            \
@@ -159,7 +174,32 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4],
 KASCADE_WGMMA_FORMS(__half, "f16")
 KASCADE_WGMMA_FORMS(__nv_bfloat16, "bf16")
 
+// The 32 accumulators of one m64n64 wgmma.
+#define KASCADE_WGMMA_ACCUMULATORS_32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+#define KASCADE_WGMMA_ACCUMULATOR_OPERANDS_32 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
+#define KASCADE_WGMMA_N64_FORM(T, PTX_TYPE)                                                               \
+  template <>                                                                                            \
+  __device__ __forceinline__ void wgmma_rs<T>(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,   \
+                                              int accumulate) {                                          \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                          \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX_TYPE "." PTX_TYPE " "                  \
+                 KASCADE_WGMMA_ACCUMULATORS_32 "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"          \
+                 : KASCADE_WGMMA_ACCUMULATOR_OPERANDS_32                                                  \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));             \
+  }
+
+KASCADE_WGMMA_N64_FORM(__half, "f16")
+KASCADE_WGMMA_N64_FORM(__nv_bfloat16, "bf16")
+
+#undef KASCADE_WGMMA_N64_FORM
 #undef KASCADE_WGMMA_FORMS
+#undef KASCADE_WGMMA_ACCUMULATOR_OPERANDS_32
+#undef KASCADE_WGMMA_ACCUMULATORS_32
 #undef KASCADE_WGMMA_ACCUMULATOR_OPERANDS
 #undef KASCADE_WGMMA_ACCUMULATORS
 

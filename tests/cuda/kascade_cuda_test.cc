@@ -554,6 +554,7 @@ int main() {
     test_decode({false, 16, 2, 128, {70001, 77, 16385}}, standard);
     test_prefill({false, 9, 3, 64, {1333, 500}}, small, 16);
     test_prefill({true, 9, 3, 64, {1100}}, small, 64);
+    test_prefill({false, 16, 2, 64, {2100, 333}}, standard, 32);  // head_dim 64, g = 8, two sequences
     test_prefill({false, 8, 4, 256, {900, 450}}, standard, 64);
     test_prefill({true, 16, 1, 128, {1000}}, small, 32);  // 512-row tiles: four row blocks
     test_prefill({false, 12, 4, 128, {700, 333}}, small, 64);  // g = 3: 192-row tiles, half a row block padding
