@@ -5,9 +5,10 @@
 //
 // Two cores: head_dim 64 and 128 run every one of these passes on the Hopper
 // core (wgmma + TMA, warp-specialised; wgmma_prefill_kernel and
-// wgmma_tile_select_kernel below, layouts in wgmma_common.cuh). head_dim 256
-// (and 64 and 128 with KASCADE_PREFILL_CORE=mma) use the mma.sync m16n8k16
-// core (prefill_attention_kernel, tile_select_kernel), described next.
+// wgmma_tile_select_kernel below, layouts in wgmma_common.cuh), head_dim 256
+// its tile selection. The attention passes of head_dim 256 (and everything
+// with KASCADE_PREFILL_CORE=mma) use the mma.sync m16n8k16 core
+// (prefill_attention_kernel, tile_select_kernel), described next.
 //
 // A block holds 128 rows of one KV head: row r is query q0 + r / g of head
 // r % g, so the g heads of a group share every K/V chunk loaded into shared
@@ -886,7 +887,7 @@ __global__ void __launch_bounds__(kThreads) tile_select_kernel(const TileSelectP
   }
 }
 
-// Anchor tile selection on the Hopper core (head_dim 64 and 128). Persistent blocks
+// Anchor tile selection on the Hopper core (head_dim 64, 128, 256). Persistent blocks
 // of two warpgroups take (sequence, KV head, tile) items as
 // tile_select_kernel does, but compute S^T = K Q^T: warpgroup w's 64
 // accumulator rows are keys [64 w, 64 w + 64) of a 128-key chunk and its
@@ -1111,15 +1112,18 @@ const KernelInfo& prefill_kernel_for_type(int head_dim, PrefillKeys keys, Prefil
 }
 
 
-// The Hopper core serves head_dim 64 and 128 unless KASCADE_PREFILL_CORE=mma
-// asks for the mma.sync core (A/B runs); head_dim 256 uses the mma.sync core.
-bool use_hopper_core(int head_dim) {
-  static const bool mma_sync_only = [] {
+// The Hopper core serves the attention passes of head_dim 64 and 128 and the
+// tile selection of head_dim 64, 128 and 256, unless KASCADE_PREFILL_CORE=mma
+// asks for the mma.sync core (A/B runs).
+bool mma_sync_only() {
+  static const bool only = [] {
     const char* value = std::getenv("KASCADE_PREFILL_CORE");
     return value != nullptr && std::string_view(value) == "mma";
   }();
-  return (head_dim == 64 || head_dim == 128) && !mma_sync_only;
+  return only;
 }
+bool use_hopper_core(int head_dim) { return (head_dim == 64 || head_dim == 128) && !mma_sync_only(); }
+bool use_hopper_selection(int head_dim) { return use_hopper_core(head_dim) || (head_dim == 256 && !mma_sync_only()); }
 
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
@@ -1244,12 +1248,16 @@ const KernelInfo& wgmma_tile_select_kernel_info() {
 
 template <typename T>
 const KernelInfo& wgmma_tile_select_kernel_for_type(int head_dim) {
-  return head_dim == 64 ? wgmma_tile_select_kernel_info<T, 64>() : wgmma_tile_select_kernel_info<T, 128>();
+  switch (head_dim) {
+    case 64: return wgmma_tile_select_kernel_info<T, 64>();
+    case 128: return wgmma_tile_select_kernel_info<T, 128>();
+    case 256: return wgmma_tile_select_kernel_info<T, 256>();
+  }
+  unsupported("head_dim", head_dim);
 }
 
-// head_dim 64 and 128 select on the Hopper core, head_dim 256 on mma.sync.
 const KernelInfo& tile_select_kernel_for(DType dtype, int head_dim) {
-  if (use_hopper_core(head_dim))
+  if (use_hopper_selection(head_dim))
     return dtype == DType::F16 ? wgmma_tile_select_kernel_for_type<__half>(head_dim)
                                : wgmma_tile_select_kernel_for_type<__nv_bfloat16>(head_dim);
   return dtype == DType::F16 ? tile_select_kernel_for_type<__half>(head_dim)
@@ -1277,7 +1285,7 @@ int tile_select_blocks_per_sm(DType dtype, int head_dim) { return tile_select_ke
 void launch_tile_select(const TileSelectParams& params, DType dtype, int head_dim, int n_blocks, cudaStream_t stream) {
   const KernelInfo& info = tile_select_kernel_for(dtype, head_dim);
   check_cuda(cudaMemsetAsync(params.work_counter, 0, sizeof(int), stream), "cudaMemsetAsync(work counter)");
-  if (use_hopper_core(head_dim)) {
+  if (use_hopper_selection(head_dim)) {
     hopper::SelectParams hp;
     hp.p = params;
     hp.capacity = static_cast<int>(params.kv_head_stride / head_dim);

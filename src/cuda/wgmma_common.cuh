@@ -6,8 +6,10 @@
 // rows each, registers moved to the consumers with setmaxnreg.
 //
 // Covers head_dim 64 and 128 (fp16, bf16): the dense causal pass, the
-// anchor's LSE pass, the selected-keys-plus-own-tile pass and the anchor's
-// pooled tile selection. head_dim 256 stays on the mma.sync core in prefill.cu.
+// anchor's LSE pass and the selected-keys-plus-own-tile pass; and the
+// anchor's pooled tile selection for head_dim 64, 128 and 256. The attention
+// passes of head_dim 256 stay on the mma.sync core in prefill.cu (their O
+// accumulator, 64 rows x 256 per warpgroup, does not fit beside the scores).
 //
 // Block rows are as in prefill.cu: 128 (query, head) rows of one KV head,
 // row r = query q0 + r / g, head r % g. Consumer warpgroup w owns rows
@@ -35,12 +37,12 @@ constexpr int kThreads = 384;        // producer warpgroup + 2 consumer warpgrou
 constexpr int kHalfBytes = kChunk * 128;       // one 64-element half of a K or V tile
 constexpr int kQueryHalfBytes = kRows * 128;
 
-// Tiles of head_dim kDim: kDim / 64 halves.
+// Tiles of head_dim kDim: kDim / 64 halves (quarters at 256; "halves" for short).
 template <int kDim>
 struct Tiles {
-  static_assert(kDim == 64 || kDim == 128, "the Hopper core serves head_dim 64 and 128");
+  static_assert(kDim == 64 || kDim == 128 || kDim == 256, "the Hopper core serves head_dim 64, 128 and 256");
   static constexpr int kHalves = kDim / 64;
-  static constexpr int kTileBytes = kHalves * kHalfBytes;  // 16 or 32 KB
+  static constexpr int kTileBytes = kHalves * kHalfBytes;  // 16, 32 or 64 KB
   static constexpr int kQueryBytes = kHalves * kQueryHalfBytes;
   // O accumulators of a consumer thread: 64 rows x kDim over 128 threads.
   static constexpr int kOutRegisters = kDim / 2;
