@@ -3,11 +3,10 @@
 // and reuse layers), the per-row LSE pass of an anchor, and the anchor's
 // streaming pooled-score selection.
 //
-// Two cores: head_dim 64 and 128 run every one of these passes on the Hopper
+// Two cores: every head_dim (64, 128, 256) runs these passes on the Hopper
 // core (wgmma + TMA, warp-specialised; wgmma_prefill_kernel and
-// wgmma_tile_select_kernel below, layouts in wgmma_common.cuh), head_dim 256
-// its tile selection. The attention passes of head_dim 256 (and everything
-// with KASCADE_PREFILL_CORE=mma) use the mma.sync m16n8k16 core
+// wgmma_tile_select_kernel below, layouts in wgmma_common.cuh). With
+// KASCADE_PREFILL_CORE=mma (A/B runs) they use the mma.sync m16n8k16 core
 // (prefill_attention_kernel, tile_select_kernel), described next.
 //
 // A block holds 128 rows of one KV head: row r is query q0 + r / g of head
@@ -366,7 +365,7 @@ __global__ void __launch_bounds__(PrefillConfig<kHeadDim, kMode == PrefillMode::
 }
 
 // ---------------------------------------------------------------------------
-// The Hopper core (wgmma + TMA, warp-specialised) for head_dim 64 and 128;
+// The Hopper core (wgmma + TMA, warp-specialised) for head_dim 64, 128, 256;
 // see wgmma_common.cuh for layouts. Same semantics as prefill_attention_kernel.
 
 // Copies the even or odd (`parity`) 16-byte pieces of block row `row` of a
@@ -392,10 +391,10 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
     wgmma_prefill_kernel(const __grid_constant__ hopper::Params params) {
   constexpr bool kReadValues = kMode == PrefillMode::Attend;
   constexpr bool kGather = kKeys == PrefillKeys::Selected;
-  using Tiles = hopper::Tiles<kDim>;
+  using Tiles = hopper::AttentionTiles<kDim>;
   using Config = hopper::Config<kDim, kReadValues>;
   constexpr int kStages = Config::kStages;
-  constexpr int kChunk = hopper::kChunk;
+  constexpr int kChunk = Tiles::kChunk;
   const PrefillParams& p = params.p;
   extern __shared__ __align__(128) unsigned char shared[];
   const uint32_t base = (shared_address(shared) + 1023u) & ~1023u;
@@ -438,15 +437,16 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
       const int64_t kv_offset = (int64_t(b) * p.n_kv_heads + kv_head) * p.kv_head_stride;
       const T* key_base = static_cast<const T*>(p.keys) + kv_offset;
       const T* value_base = static_cast<const T*>(p.values) + kv_offset;
-      // Lane l of warp w fetches the position of chunk row 32 w + l; copy
-      // (t, u) then moves 16-byte piece `lane % kPieces` of row
-      // 32 w + 8 t + kRowLanes u + lane / kPieces, kPieces lanes per row. The
-      // lane's source column and the swizzled offsets of its rows (the
-      // swizzle repeats every 8 rows) are computed once, and rows past the
-      // keys repeat the block's last key (masked: their probabilities are
-      // exact zeros), so that a copy is a shuffle, a multiply-add and the
-      // copy. At 21 instructions per copy the producer issued a third of the
-      // block's instructions (run 23).
+      // Warp w copies the chunk rows [R w, R w + R), R = kRowsPerWarp; lane
+      // l fetches the position of row R w + l % R. Copy (t, u) then moves
+      // 16-byte piece `lane % kPieces` of row R w + 8 t + kRowLanes u +
+      // lane / kPieces, kPieces lanes per row. The lane's source column and
+      // the swizzled offsets of its rows (the swizzle repeats every 8 rows)
+      // are computed once, and rows past the keys repeat the block's last key
+      // (masked: their probabilities are exact zeros), so that a copy is a
+      // shuffle, a multiply-add and the copy. At 21 instructions per copy the
+      // producer issued a third of the block's instructions (run 23).
+      constexpr int kRowsPerWarp = kChunk / 4;    // 32, or 16 in 64-key chunks
       constexpr int kPieces = kDim / 8;           // 16-byte pieces of a row
       constexpr int kRowLanes = 32 / kPieces;     // rows one warp instruction copies
       constexpr int kCopies = 8 / kRowLanes;      // copies per 8-row group
@@ -456,9 +456,9 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
       uint32_t row_offsets[kCopies];
 #pragma unroll
       for (int u = 0; u < kCopies; ++u)
-        row_offsets[u] = hopper::swizzled(warp * 32 + kRowLanes * u + row_lane, piece, hopper::kHalfBytes);
+        row_offsets[u] = hopper::swizzled(kRowsPerWarp * warp + kRowLanes * u + row_lane, piece, Tiles::kHalfBytes);
       auto copy_rows = [&](uint32_t stage, const char* column, int position) {
-        for (int t = 0; t < 4; ++t)
+        for (int t = 0; t < kRowsPerWarp / 8; ++t)
 #pragma unroll
           for (int u = 0; u < kCopies; ++u) {
             const int row_position = __shfl_sync(0xffffffffu, position, 8 * t + kRowLanes * u + row_lane);
@@ -466,7 +466,7 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
           }
       };
       auto position_of = [&](int c) {
-        const int v = c * kChunk + warp * 32 + lane;
+        const int v = c * kChunk + kRowsPerWarp * warp + lane % kRowsPerWarp;
         return v < keys.total ? keys.position(v) : last_query;
       };
       int position = position_of(0);
@@ -493,13 +493,13 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
           hopper::barrier_expect_bytes(full_keys(s), Tiles::kTileBytes);
 #pragma unroll
           for (int h = 0; h < Tiles::kHalves; ++h)
-            hopper::tma_load_2d(key_stage(s) + h * hopper::kHalfBytes, &params.keys_map, 64 * h, row, full_keys(s));
+            hopper::tma_load_2d(key_stage(s) + h * Tiles::kHalfBytes, &params.keys_map, 64 * h, row, full_keys(s));
           if constexpr (kReadValues) {
             if (c >= kStages) hopper::barrier_wait(empty_values(s), ((c / kStages) + 1) & 1);
             hopper::barrier_expect_bytes(full_values(s), Tiles::kTileBytes);
 #pragma unroll
             for (int h = 0; h < Tiles::kHalves; ++h)
-              hopper::tma_load_2d(value_stage(s) + h * hopper::kHalfBytes, &params.values_map, 64 * h, row,
+              hopper::tma_load_2d(value_stage(s) + h * Tiles::kHalfBytes, &params.values_map, 64 * h, row,
                                   full_values(s));
           }
         }
@@ -550,7 +550,7 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
   for (int i = 0; i < Tiles::kOutRegisters; ++i) out[i] = 0.f;
 
   // S = Q K^T of chunk c into `scores` (issued, not waited for).
-  auto issue_scores = [&](int c, float (&scores)[64]) {
+  auto issue_scores = [&](int c, float (&scores)[kChunk / 2]) {
     const int s = c % kStages;
     hopper::barrier_wait(full_keys(s), (c / kStages) & 1);
     if constexpr (kGather) hopper::fence_proxy_async();  // rows written by cp.async, read by wgmma
@@ -560,7 +560,7 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
     for (int k = 0; k < kDim / 16; ++k)
       hopper::wgmma_ss<T>(
           scores, hopper::descriptor_advance(query_descriptor, hopper::k_step_offset(k, hopper::kQueryHalfBytes)),
-          hopper::descriptor_advance(key_descriptor, hopper::k_step_offset(k, hopper::kHalfBytes)), k > 0);
+          hopper::descriptor_advance(key_descriptor, hopper::k_step_offset(k, Tiles::kHalfBytes)), k > 0);
     hopper::wgmma_commit();
   };
   // Mask, scale, online-softmax update; scores become probabilities
@@ -570,7 +570,7 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
   // past the sequence are never stored, so they need no mask). The ALU pipe
   // was the busiest one with a select per score and exp2f's range fix-ups
   // (ncu, run 8).
-  auto softmax = [&](int c, float (&scores)[64], float (&rescale)[2]) {
+  auto softmax = [&](int c, float (&scores)[kChunk / 2], float (&rescale)[2]) {
     const int key0 = c * kChunk;
     if (key0 + kChunk > unmasked_keys) {
       // Score 4 j + e is key key0 + 2 quad_col + 8 j + (e & 1) of row e >> 1.
@@ -610,7 +610,7 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) out[4 * j + e] *= rescale[e >> 1];
   };
-  auto pack = [&](const float (&scores)[64], uint32_t (&pa)[kChunk / 16][4]) {
+  auto pack = [&](const float (&scores)[kChunk / 2], uint32_t (&pa)[kChunk / 16][4]) {
 #pragma unroll
     for (int k = 0; k < kChunk / 16; ++k)
 #pragma unroll
@@ -636,7 +636,7 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
       for (int piece = consumer; piece < (kChunk - first) * (kDim / 8); piece += 256) {
         const int row = first + piece / (kDim / 8), chunk = piece % (kDim / 8);
         asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(
-                         value_stage(s) + hopper::swizzled(row, chunk, hopper::kHalfBytes)),
+                         value_stage(s) + hopper::swizzled(row, chunk, Tiles::kHalfBytes)),
                      "r"(0)
                      : "memory");
       }
@@ -646,7 +646,7 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
   };
   // O += P V of chunk c (issued, not waited for; prepare_values(c) first).
   auto issue_values = [&](int c, uint32_t (&pa)[kChunk / 16][4]) {
-    const uint64_t value_descriptor = hopper::descriptor_mn_major(value_stage(c % kStages), hopper::kHalfBytes);
+    const uint64_t value_descriptor = hopper::descriptor_mn_major(value_stage(c % kStages), Tiles::kHalfBytes);
     fence_fragments(pa);
     hopper::fence_registers(out);
     hopper::wgmma_fence();
@@ -671,7 +671,7 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
 
   if constexpr (!kReadValues) {
     for (int c = 0; c < n_chunks; ++c) {
-      float scores[64], rescale[2];
+      float scores[kChunk / 2], rescale[2];
       turn_begin();
       issue_scores(c, scores);
       turn_end();
@@ -682,7 +682,7 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
     }
   } else if constexpr (!kOverlap) {
     for (int c = 0; c < n_chunks; ++c) {
-      float scores[64], rescale[2];
+      float scores[kChunk / 2], rescale[2];
       uint32_t pa[kChunk / 16][4];
       issue_scores(c, scores);
       hopper::wgmma_wait<0>();
@@ -703,7 +703,7 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
     // runs while P V is on the tensor cores, and O is rescaled once P V is done.
     uint32_t pa[kChunk / 16][4];
     {
-      float scores[64], rescale[2];
+      float scores[kChunk / 2], rescale[2];
       turn_begin();
       issue_scores(0, scores);
       turn_end();
@@ -714,7 +714,7 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
       pack(scores, pa);
     }
     for (int c = 1; c < n_chunks; ++c) {
-      float scores[64], rescale[2];
+      float scores[kChunk / 2], rescale[2];
       prepare_values(c - 1);
       turn_begin();
       issue_scores(c, scores);
@@ -898,15 +898,15 @@ __global__ void __launch_bounds__(kThreads) tile_select_kernel(const TileSelectP
 // two warpgroups take turns on the tensor cores (ping-pong).
 template <typename T, int kDim>
 __global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_constant__ hopper::SelectParams params) {
+  using Tiles = hopper::SelectTiles<kDim>;
   constexpr int kStages = hopper::kSelectStages;
-  constexpr int kChunk = hopper::kChunk;
+  constexpr int kChunk = Tiles::kChunk;
   const TileSelectParams& p = params.p;
   extern __shared__ __align__(128) unsigned char shared[];
   __shared__ int work_item;
   const uint32_t raw = shared_address(shared);
   const uint32_t base = (raw + 1023u) & ~1023u;
   const uint32_t query_tile = base;
-  using Tiles = hopper::Tiles<kDim>;
   static_assert(kStages * Tiles::kTileBytes >= sizeof(RadixSelectShared<256>), "the radix select lives in the stages");
   const uint32_t stages = base + Tiles::kQueryBytes;
   const uint32_t barriers = stages + kStages * Tiles::kTileBytes;
@@ -971,7 +971,7 @@ __global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_
       hopper::barrier_expect_bytes(full(stage), Tiles::kTileBytes);
 #pragma unroll
       for (int h = 0; h < Tiles::kHalves; ++h)
-        hopper::tma_load_2d(destination + h * hopper::kHalfBytes, &params.keys_map, 64 * h, key_row0 + c * kChunk,
+        hopper::tma_load_2d(destination + h * Tiles::kHalfBytes, &params.keys_map, 64 * h, key_row0 + c * kChunk,
                             full(stage));
     };
 
@@ -1024,7 +1024,7 @@ __global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_
 #pragma unroll
         for (int kk = 0; kk < kDim / 16; ++kk)
           hopper::wgmma_ss<T>(
-              scores, hopper::descriptor_advance(key_descriptor, hopper::k_step_offset(kk, hopper::kHalfBytes)),
+              scores, hopper::descriptor_advance(key_descriptor, hopper::k_step_offset(kk, Tiles::kHalfBytes)),
               hopper::descriptor_advance(query_descriptor, hopper::k_step_offset(kk, hopper::kQueryHalfBytes)), kk > 0);
         hopper::wgmma_commit();
         hopper::named_barrier_arrive(5 - group, 256);  // the other warpgroup's turn
@@ -1112,18 +1112,15 @@ const KernelInfo& prefill_kernel_for_type(int head_dim, PrefillKeys keys, Prefil
 }
 
 
-// The Hopper core serves the attention passes of head_dim 64 and 128 and the
-// tile selection of head_dim 64, 128 and 256, unless KASCADE_PREFILL_CORE=mma
-// asks for the mma.sync core (A/B runs).
-bool mma_sync_only() {
-  static const bool only = [] {
+// The Hopper core serves every head_dim (64, 128, 256) unless
+// KASCADE_PREFILL_CORE=mma asks for the mma.sync core (A/B runs).
+bool use_hopper_core(int head_dim) {
+  static const bool mma_sync_only = [] {
     const char* value = std::getenv("KASCADE_PREFILL_CORE");
     return value != nullptr && std::string_view(value) == "mma";
   }();
-  return only;
+  return (head_dim == 64 || head_dim == 128 || head_dim == 256) && !mma_sync_only;
 }
-bool use_hopper_core(int head_dim) { return (head_dim == 64 || head_dim == 128) && !mma_sync_only(); }
-bool use_hopper_selection(int head_dim) { return use_hopper_core(head_dim) || (head_dim == 256 && !mma_sync_only()); }
 
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
@@ -1143,14 +1140,14 @@ EncodeTiled tensor_map_encoder() {
   return encode;
 }
 
-// [rows][head_dim] elements, boxes of 64 x kChunk, 128-byte swizzle; rows
-// past the end read as zeros.
-CUtensorMap kv_tensor_map(const void* data, DType dtype, int64_t rows, int head_dim) {
+// [rows][head_dim] elements, boxes of 64 x chunk_keys, 128-byte swizzle;
+// rows past the end read as zeros.
+CUtensorMap kv_tensor_map(const void* data, DType dtype, int64_t rows, int head_dim, int chunk_keys) {
   CUtensorMap map;
   std::memset(&map, 0, sizeof(map));
   const cuuint64_t dims[2] = {cuuint64_t(head_dim), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(head_dim) * 2};
-  const cuuint32_t box[2] = {64, cuuint32_t(hopper::kChunk)};
+  const cuuint32_t box[2] = {64, cuuint32_t(chunk_keys)};
   const cuuint32_t element_strides[2] = {1, 1};
   const CUresult result = tensor_map_encoder()(
       &map, dtype == DType::F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
@@ -1196,7 +1193,22 @@ const KernelInfo& wgmma_kernel_for_dim(PrefillKeys keys, PrefillMode mode) {
 
 template <typename T>
 const KernelInfo& wgmma_kernel_for_type(int head_dim, PrefillKeys keys, PrefillMode mode) {
-  return head_dim == 64 ? wgmma_kernel_for_dim<T, 64>(keys, mode) : wgmma_kernel_for_dim<T, 128>(keys, mode);
+  switch (head_dim) {
+    case 64: return wgmma_kernel_for_dim<T, 64>(keys, mode);
+    case 128: return wgmma_kernel_for_dim<T, 128>(keys, mode);
+    case 256: return wgmma_kernel_for_dim<T, 256>(keys, mode);
+  }
+  unsupported("head_dim", head_dim);
+}
+
+// Keys per pipeline stage of the attention passes (hopper::AttentionTiles).
+int attention_chunk_keys(int head_dim) {
+  switch (head_dim) {
+    case 64: return hopper::AttentionTiles<64>::kChunk;
+    case 128: return hopper::AttentionTiles<128>::kChunk;
+    case 256: return hopper::AttentionTiles<256>::kChunk;
+  }
+  unsupported("head_dim", head_dim);
 }
 
 void launch_wgmma_prefill(const PrefillParams& params, DType dtype, int head_dim, PrefillKeys keys, PrefillMode mode,
@@ -1211,8 +1223,9 @@ void launch_wgmma_prefill(const PrefillParams& params, DType dtype, int head_dim
   if (keys == PrefillKeys::Causal) {
     const int64_t rows = int64_t(params.batch) * params.n_kv_heads * hp.capacity;
     if (rows >= (int64_t(1) << 31)) unsupported("KV rows for the tensor map", rows);
-    hp.keys_map = kv_tensor_map(params.keys, dtype, rows, head_dim);
-    if (mode == PrefillMode::Attend) hp.values_map = kv_tensor_map(params.values, dtype, rows, head_dim);
+    const int chunk_keys = attention_chunk_keys(head_dim);
+    hp.keys_map = kv_tensor_map(params.keys, dtype, rows, head_dim, chunk_keys);
+    if (mode == PrefillMode::Attend) hp.values_map = kv_tensor_map(params.values, dtype, rows, head_dim, chunk_keys);
   }
   const dim3 grid = prefill_grid(params);
   void* arguments[] = {&hp};
@@ -1257,7 +1270,7 @@ const KernelInfo& wgmma_tile_select_kernel_for_type(int head_dim) {
 }
 
 const KernelInfo& tile_select_kernel_for(DType dtype, int head_dim) {
-  if (use_hopper_selection(head_dim))
+  if (use_hopper_core(head_dim))
     return dtype == DType::F16 ? wgmma_tile_select_kernel_for_type<__half>(head_dim)
                                : wgmma_tile_select_kernel_for_type<__nv_bfloat16>(head_dim);
   return dtype == DType::F16 ? tile_select_kernel_for_type<__half>(head_dim)
@@ -1285,13 +1298,13 @@ int tile_select_blocks_per_sm(DType dtype, int head_dim) { return tile_select_ke
 void launch_tile_select(const TileSelectParams& params, DType dtype, int head_dim, int n_blocks, cudaStream_t stream) {
   const KernelInfo& info = tile_select_kernel_for(dtype, head_dim);
   check_cuda(cudaMemsetAsync(params.work_counter, 0, sizeof(int), stream), "cudaMemsetAsync(work counter)");
-  if (use_hopper_selection(head_dim)) {
+  if (use_hopper_core(head_dim)) {
     hopper::SelectParams hp;
     hp.p = params;
     hp.capacity = static_cast<int>(params.kv_head_stride / head_dim);
     const int64_t rows = int64_t(params.batch) * params.n_kv_heads * hp.capacity;
     if (rows >= (int64_t(1) << 31)) unsupported("KV rows for the tensor map", rows);
-    hp.keys_map = kv_tensor_map(params.keys, dtype, rows, head_dim);
+    hp.keys_map = kv_tensor_map(params.keys, dtype, rows, head_dim, hopper::kSelectChunkKeys);
     void* arguments[] = {&hp};
     check_cuda(cudaLaunchKernel(info.kernel, dim3(n_blocks), dim3(info.threads), arguments, info.shared_bytes, stream),
                "launch wgmma_tile_select_kernel");

@@ -5,15 +5,14 @@
 // warp specialisation: one producer warpgroup, two consumer warpgroups of 64
 // rows each, registers moved to the consumers with setmaxnreg.
 //
-// Covers head_dim 64 and 128 (fp16, bf16): the dense causal pass, the
-// anchor's LSE pass and the selected-keys-plus-own-tile pass; and the
-// anchor's pooled tile selection for head_dim 64, 128 and 256. The attention
-// passes of head_dim 256 stay on the mma.sync core in prefill.cu (their O
-// accumulator, 64 rows x 256 per warpgroup, does not fit beside the scores).
+// Covers head_dim 64, 128 and 256 (fp16, bf16): the dense causal pass, the
+// anchor's LSE pass, the selected-keys-plus-own-tile pass and the anchor's
+// pooled tile selection.
 //
 // Block rows are as in prefill.cu: 128 (query, head) rows of one KV head,
 // row r = query q0 + r / g, head r % g. Consumer warpgroup w owns rows
-// [64 w, 64 w + 64); keys stream in chunks of 128.
+// [64 w, 64 w + 64); keys stream in chunks of 128 (64 for the attention
+// passes of head_dim 256, whose O accumulator takes 128 registers a thread).
 //
 // Shared tiles hold rows of head_dim elements as 64-element halves (each
 // [rows][128 B], 16-byte chunk c of row r at chunk c ^ (r % 8)): the layout
@@ -32,27 +31,38 @@
 namespace kascade::cuda::detail::hopper {
 
 constexpr int kRows = 128;           // block rows (two consumer warpgroups x 64)
-constexpr int kChunk = 128;          // keys per pipeline stage
 constexpr int kThreads = 384;        // producer warpgroup + 2 consumer warpgroups
-constexpr int kHalfBytes = kChunk * 128;       // one 64-element half of a K or V tile
 constexpr int kQueryHalfBytes = kRows * 128;
 
-// Tiles of head_dim kDim: kDim / 64 halves (quarters at 256; "halves" for short).
-template <int kDim>
+// Tiles of head_dim kDim in chunks of kChunk keys: kDim / 64 swizzled
+// 64-element halves (four at 256; "halves" for short).
+template <int kDim, int kChunkKeys>
 struct Tiles {
   static_assert(kDim == 64 || kDim == 128 || kDim == 256, "the Hopper core serves head_dim 64, 128 and 256");
   static constexpr int kHalves = kDim / 64;
-  static constexpr int kTileBytes = kHalves * kHalfBytes;  // 16, 32 or 64 KB
+  static constexpr int kChunk = kChunkKeys;                // keys per pipeline stage
+  static constexpr int kHalfBytes = kChunk * 128;          // one half of a K or V tile
+  static constexpr int kTileBytes = kHalves * kHalfBytes;
   static constexpr int kQueryBytes = kHalves * kQueryHalfBytes;
   // O accumulators of a consumer thread: 64 rows x kDim over 128 threads.
   static constexpr int kOutRegisters = kDim / 2;
 };
+// The attention passes' tiles: 128-key chunks, 64 at head_dim 256 (O takes
+// 128 registers a thread there, the scores another kChunk / 2).
+template <int kDim>
+using AttentionTiles = Tiles<kDim, kDim == 256 ? 64 : 128>;
+// The tile selection's: 128-key chunks (two warpgroups x 64 keys).
+constexpr int kSelectChunkKeys = 128;
+template <int kDim>
+using SelectTiles = Tiles<kDim, kSelectChunkKeys>;
 
 template <int kDim, bool kReadValues>
 struct Config {
-  static constexpr int kStages = kReadValues ? 3 : 4;
-  static constexpr int kStageBytes = Tiles<kDim>::kTileBytes * (kReadValues ? 2 : 1);
-  static constexpr int kBarrierOffset = Tiles<kDim>::kQueryBytes + kStages * kStageBytes;
+  using Tile = AttentionTiles<kDim>;
+  // Stages fit beside the query tile in 227 KB (head_dim 256 with values: two).
+  static constexpr int kStages = kReadValues ? (kDim == 256 ? 2 : 3) : 4;
+  static constexpr int kStageBytes = Tile::kTileBytes * (kReadValues ? 2 : 1);
+  static constexpr int kBarrierOffset = Tile::kQueryBytes + kStages * kStageBytes;
   // + barriers, + 1 KB to align the tiles to the 1024-byte swizzle atom.
   static constexpr int kSharedBytes = kBarrierOffset + 4 * kStages * 8 + 1024;
 };
@@ -72,7 +82,7 @@ struct Params {
 constexpr int kSelectStages = 2;
 template <int kDim>
 constexpr int select_shared_bytes() {
-  return Tiles<kDim>::kQueryBytes + kSelectStages * Tiles<kDim>::kTileBytes + 2 * kSelectStages * 8 + 1024;
+  return SelectTiles<kDim>::kQueryBytes + kSelectStages * SelectTiles<kDim>::kTileBytes + 2 * kSelectStages * 8 + 1024;
 }
 
 struct SelectParams {
@@ -149,9 +159,14 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64
 // D (64 x 128) += A (64 x 16, registers) * B (16 x 128, shared, MN-major).
 template <typename T>
 __device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int accumulate);
-// D (64 x 64) += A (64 x 16, registers) * B (16 x 64, shared, MN-major): P V at head_dim 64.
+// The same products with N = 64 (32 accumulators: Q K^T over a 64-key chunk,
+// P V at head_dim 64) and, for P V, N = 256 (128 accumulators: head_dim 256).
+template <typename T>
+__device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate);
 template <typename T>
 __device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int accumulate);
+template <typename T>
+__device__ __forceinline__ void wgmma_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, int accumulate);
 
 #define KASCADE_WGMMA_FORMS(T, PTX_TYPE)                                                                  \
   template <>                                                                                            \
@@ -176,15 +191,43 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4],
 KASCADE_WGMMA_FORMS(__half, "f16")
 KASCADE_WGMMA_FORMS(__nv_bfloat16, "bf16")
 
-// The 32 accumulators of one m64n64 wgmma.
+// The 32 accumulators of one m64n64 wgmma (head_dim 64's P V, head_dim 256's
+// Q K^T over a 64-key chunk) and the 128 of one m64n256 (head_dim 256's P V).
 #define KASCADE_WGMMA_ACCUMULATORS_32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
 #define KASCADE_WGMMA_ACCUMULATOR_OPERANDS_32 \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
     "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
     "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
     "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define KASCADE_WGMMA_ACCUMULATORS_128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+#define KASCADE_WGMMA_ACCUMULATOR_OPERANDS_128 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+    "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+    "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+    "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+    "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+    "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+    "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+    "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+    "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 
-#define KASCADE_WGMMA_N64_FORM(T, PTX_TYPE)                                                               \
+#define KASCADE_WGMMA_N64_N256_FORMS(T, PTX_TYPE)                                                         \
+  template <>                                                                                            \
+  __device__ __forceinline__ void wgmma_ss<T>(float (&d)[32], uint64_t desc_a, uint64_t desc_b,          \
+                                              int accumulate) {                                          \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                          \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX_TYPE "." PTX_TYPE " "                  \
+                 KASCADE_WGMMA_ACCUMULATORS_32 "%32, %33, p, 1, 1, 0, 0;\n}\n"                          \
+                 : KASCADE_WGMMA_ACCUMULATOR_OPERANDS_32                                                  \
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                            \
+  }                                                                                                      \
   template <>                                                                                            \
   __device__ __forceinline__ void wgmma_rs<T>(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,   \
                                               int accumulate) {                                          \
@@ -193,13 +236,24 @@ KASCADE_WGMMA_FORMS(__nv_bfloat16, "bf16")
                  KASCADE_WGMMA_ACCUMULATORS_32 "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"          \
                  : KASCADE_WGMMA_ACCUMULATOR_OPERANDS_32                                                  \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));             \
+  }                                                                                                      \
+  template <>                                                                                            \
+  __device__ __forceinline__ void wgmma_rs<T>(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b,  \
+                                              int accumulate) {                                          \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"                                         \
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32." PTX_TYPE "." PTX_TYPE " "                 \
+                 KASCADE_WGMMA_ACCUMULATORS_128 "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"    \
+                 : KASCADE_WGMMA_ACCUMULATOR_OPERANDS_128                                                 \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));             \
   }
 
-KASCADE_WGMMA_N64_FORM(__half, "f16")
-KASCADE_WGMMA_N64_FORM(__nv_bfloat16, "bf16")
+KASCADE_WGMMA_N64_N256_FORMS(__half, "f16")
+KASCADE_WGMMA_N64_N256_FORMS(__nv_bfloat16, "bf16")
 
-#undef KASCADE_WGMMA_N64_FORM
+#undef KASCADE_WGMMA_N64_N256_FORMS
 #undef KASCADE_WGMMA_FORMS
+#undef KASCADE_WGMMA_ACCUMULATOR_OPERANDS_128
+#undef KASCADE_WGMMA_ACCUMULATORS_128
 #undef KASCADE_WGMMA_ACCUMULATOR_OPERANDS_32
 #undef KASCADE_WGMMA_ACCUMULATORS_32
 #undef KASCADE_WGMMA_ACCUMULATOR_OPERANDS
