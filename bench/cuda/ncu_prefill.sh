@@ -15,13 +15,14 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 metrics='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active,regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active'
-# Demangled names print the enums as casts: PrefillKeys 0 = causal, 1 = selected;
-# PrefillMode 1 = LSE only. The first selected-keys launch is an anchor's sparse pass.
+# Demangled names print the head dim and the enums as casts: (int)128;
+# PrefillKeys 0 = causal, 1 = selected; PrefillMode 1 = LSE only. The first
+# selected-keys launch is an anchor's sparse pass.
 declare -A kernels=(
-  [lse]='__half, .kascade::cuda::detail::PrefillKeys.0, .kascade::cuda::detail::PrefillMode.1'
-  [dense]='__half, .kascade::cuda::detail::PrefillKeys.0, .kascade::cuda::detail::PrefillMode.0'
-  [select]='wgmma_tile_select_kernel<__half>'
-  [reuse]='__half, .kascade::cuda::detail::PrefillKeys.1'
+  [lse]='__half, .int.128, .kascade::cuda::detail::PrefillKeys.0, .kascade::cuda::detail::PrefillMode.1'
+  [dense]='__half, .int.128, .kascade::cuda::detail::PrefillKeys.0, .kascade::cuda::detail::PrefillMode.0'
+  [select]='wgmma_tile_select_kernel<__half, .int.128>'
+  [reuse]='__half, .int.128, .kascade::cuda::detail::PrefillKeys.1'
 )
 for name in $names; do
   KASCADE_BENCH_N=32768 timeout 150 "$ncu" --kernel-name-base demangled -k "regex:${kernels[$name]}" -c 1 \

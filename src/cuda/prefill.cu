@@ -3,16 +3,14 @@
 // and reuse layers), the per-row LSE pass of an anchor, and the anchor's
 // streaming pooled-score selection.
 //
-// Two cores: every head_dim (64, 128, 256) runs these passes on the Hopper
-// core (wgmma + TMA, warp-specialised; wgmma_prefill_kernel and
-// wgmma_tile_select_kernel below, layouts in wgmma_common.cuh). With
-// KASCADE_PREFILL_CORE=mma (A/B runs) they use the mma.sync m16n8k16 core
-// (prefill_attention_kernel, tile_select_kernel), described next.
+// All of them run on the Hopper core (wgmma + TMA, warp-specialised;
+// wgmma_prefill_kernel and wgmma_tile_select_kernel below, layouts in
+// wgmma_common.cuh) for head_dim 64, 128 and 256. (Until run 42 of
+// docs/cuda_results.md an mma.sync m16n8k16 core served the other head dims.)
 //
 // A block holds 128 rows of one KV head: row r is query q0 + r / g of head
 // r % g, so the g heads of a group share every K/V chunk loaded into shared
-// memory. Eight warps own 16 rows each; K/V chunks of 32 or 64 keys stream
-// through a two-stage cp.async pipeline.
+// memory.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -28,24 +26,8 @@ namespace kascade::cuda::detail {
 namespace {
 
 constexpr int kBlockRows = 128;
-constexpr int kThreads = 256;  // the selection kernel: 8 warps x 16 rows
-constexpr int kWarps = kThreads / 32;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kLog2e = 1.4426950408889634f;
-
-// kRowTiles 16-row tiles per warp: two let each K/V fragment read from
-// shared memory feed two products.
-template <int kHeadDim, bool kReadValues, int kRowTiles>
-struct PrefillConfig {
-  static constexpr int kThreads = kBlockRows / (16 * kRowTiles) * 32;
-  // 64-key chunks where the registers allow (scores-only passes, head_dim 64).
-  static constexpr int kChunkKeys = (kReadValues ? kHeadDim <= 64 : kHeadDim <= 128) ? 64 : 32;
-  static constexpr int kTileBytes = kChunkKeys * kHeadDim * 2;
-  static constexpr int kStageBytes = kTileBytes * (kReadValues ? 2 : 1);
-  static constexpr int kQueryBytes = kBlockRows * kHeadDim * 2;
-  static constexpr int kSharedBytes = kQueryBytes + 2 * kStageBytes;
-  static constexpr int kPiecesPerThread = kChunkKeys * (kHeadDim / 8) / kThreads;
-};
 
 // Where a block's rows come from and which keys each may see.
 struct RowInfo {
@@ -89,22 +71,6 @@ __device__ __forceinline__ BlockWork block_work(const PrefillParams& p) {
   return work;
 }
 
-// Copies the block's query rows into a swizzled tile (zeros for padding rows).
-template <typename T, int kHeadDim, int kBlockThreads>
-__device__ __forceinline__ void load_query_rows(const T* queries, int b, int max_seq_len, int n_heads, int q0,
-                                                int block_queries, int group, int kv_head, int seq_len,
-                                                int row_base, uint32_t tile) {
-  constexpr int kChunks = kHeadDim / 8;
-  for (int piece = threadIdx.x; piece < kBlockRows * kChunks; piece += kBlockThreads) {
-    const int row = piece / kChunks, chunk = piece % kChunks;
-    const RowInfo info = row_info(row_base + row, q0, block_queries, group, kv_head, seq_len);
-    const bool valid = info.query >= 0;
-    const T* source = queries;
-    if (valid) source = queries + ((int64_t(b) * max_seq_len + info.query) * n_heads + info.head) * kHeadDim + chunk * 8;
-    cp_async_16(tile + SwizzledTile<kHeadDim>::offset(row, chunk), source, valid);
-  }
-}
-
 // The key positions of a block: the causal prefix, or a selected list
 // followed by the tile's own keys.
 struct KeyList {
@@ -138,235 +104,10 @@ __device__ __forceinline__ KeyList block_keys(const PrefillParams& p, int b, int
   return keys;
 }
 
-// Positions of the keys this thread copies for the chunk at key0: read one
-// chunk ahead so that a gather never waits on its index load.
-template <int kHeadDim, bool kReadValues, int kRowTiles>
-__device__ __forceinline__ void load_positions(const KeyList& keys, int key0,
-                                               int (&positions)[PrefillConfig<kHeadDim, kReadValues, kRowTiles>::kPiecesPerThread]) {
-  using Config = PrefillConfig<kHeadDim, kReadValues, kRowTiles>;
-#pragma unroll
-  for (int e = 0; e < Config::kPiecesPerThread; ++e) {
-    const int v = key0 + (threadIdx.x + Config::kThreads * e) / (kHeadDim / 8);
-    positions[e] = v < keys.total ? keys.position(v) : 0;
-  }
-}
-
-template <typename T, int kHeadDim, bool kReadValues, int kRowTiles>
-__device__ __forceinline__ void issue_key_chunk(const KeyList& keys, int key0,
-                                                const int (&positions)[PrefillConfig<kHeadDim, kReadValues, kRowTiles>::kPiecesPerThread],
-                                                const T* key_base, const T* value_base, uint32_t stage) {
-  using Config = PrefillConfig<kHeadDim, kReadValues, kRowTiles>;
-  constexpr int kChunks = kHeadDim / 8;
-#pragma unroll
-  for (int e = 0; e < Config::kPiecesPerThread; ++e) {
-    const int piece = threadIdx.x + Config::kThreads * e;
-    const int row = piece / kChunks, chunk = piece % kChunks;
-    const bool valid = key0 + row < keys.total;
-    const int64_t element = valid ? int64_t(positions[e]) * kHeadDim + chunk * 8 : 0;
-    const uint32_t offset = SwizzledTile<kHeadDim>::offset(row, chunk);
-    cp_async_16(stage + offset, key_base + element, valid);
-    if constexpr (kReadValues) cp_async_16(stage + Config::kTileBytes + offset, value_base + element, valid);
-  }
-  cp_async_commit();
-}
-
-// S = Q K^T for the warp's kRowTiles x 16 rows (from row0) against one chunk.
-template <typename T, int kHeadDim, int kChunkKeys, int kRowTiles>
-__device__ __forceinline__ void chunk_scores(uint32_t query_tile, int row0, uint32_t key_tile, int lane,
-                                             float s[kRowTiles][kChunkKeys / 8][4]) {
-#pragma unroll
-  for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-    for (int j = 0; j < kChunkKeys / 8; ++j) s[m][j][0] = s[m][j][1] = s[m][j][2] = s[m][j][3] = 0.f;
-#pragma unroll
-  for (int k_step = 0; k_step < kHeadDim / 16; ++k_step) {
-    uint32_t a[kRowTiles][4];
-#pragma unroll
-    for (int m = 0; m < kRowTiles; ++m) load_a_fragment<kHeadDim>(query_tile, row0 + 16 * m, k_step, lane, a[m]);
-#pragma unroll
-    for (int pair = 0; pair < kChunkKeys / 16; ++pair) {
-      uint32_t bk[4];
-      load_key_fragments<kHeadDim>(key_tile, pair * 16, k_step, lane, bk);
-#pragma unroll
-      for (int m = 0; m < kRowTiles; ++m) {
-        mma_16816<T>(s[m][2 * pair], a[m], bk[0], bk[1]);
-        mma_16816<T>(s[m][2 * pair + 1], a[m], bk[2], bk[3]);
-      }
-    }
-  }
-}
-
-template <typename T, int kHeadDim, PrefillKeys kKeys, PrefillMode kMode, int kRowTiles>
-__global__ void __launch_bounds__(PrefillConfig<kHeadDim, kMode == PrefillMode::Attend, kRowTiles>::kThreads,
-                                  kHeadDim <= 128 ? 2 : 1)
-    prefill_attention_kernel(const PrefillParams p) {
-  constexpr bool kReadValues = kMode == PrefillMode::Attend;
-  using Config = PrefillConfig<kHeadDim, kReadValues, kRowTiles>;
-  constexpr int kChunkKeys = Config::kChunkKeys;
-  extern __shared__ __align__(128) unsigned char shared[];
-  const uint32_t query_tile = shared_address(shared);
-  const uint32_t stages = query_tile + Config::kQueryBytes;
-
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int quad_row = lane >> 2, quad_col = lane & 3;
-  const int warp_row0 = warp * 16 * kRowTiles;
-  const BlockWork work = block_work(p);
-  const int b = work.b, kv_head = work.kv_head, row_base = work.row_base, q_block = work.q_block;
-  const int q0 = q_block * p.block_queries;
-  const int seq_len = p.seq_lens[b];
-  if (q0 >= seq_len) return;
-
-  const int last_query = min(q0 + p.block_queries, seq_len) - 1;
-  const KeyList keys = block_keys<kKeys>(p, b, kv_head, q_block, q0, last_query);
-
-  const int64_t kv_offset = (int64_t(b) * p.n_kv_heads + kv_head) * p.kv_head_stride;
-  const T* key_base = static_cast<const T*>(p.keys) + kv_offset;
-  const T* value_base = static_cast<const T*>(p.values) + kv_offset;
-
-  load_query_rows<T, kHeadDim, Config::kThreads>(static_cast<const T*>(p.queries), b, p.max_seq_len, p.n_heads, q0,
-                                                 p.block_queries, p.group, kv_head, seq_len, row_base, query_tile);
-  const int n_chunks = (keys.total + kChunkKeys - 1) / kChunkKeys;
-  int positions[Config::kPiecesPerThread];
-  load_positions<kHeadDim, kReadValues, kRowTiles>(keys, 0, positions);
-  issue_key_chunk<T, kHeadDim, kReadValues, kRowTiles>(keys, 0, positions, key_base, value_base, stages);  // + Q
-  if (n_chunks > 1) load_positions<kHeadDim, kReadValues, kRowTiles>(keys, kChunkKeys, positions);
-
-  RowInfo rows[kRowTiles][2];
-#pragma unroll
-  for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      rows[m][r] = row_info(row_base + warp_row0 + 16 * m + quad_row + 8 * r, q0, p.block_queries, p.group, kv_head,
-                            seq_len);
-  // Keys at or before the block's first query need no causal mask.
-  const int unmasked_keys = kKeys == PrefillKeys::Causal ? q0 + 1 : keys.n_selected + 1;
-
-  SoftmaxState state[kRowTiles][2];
-  float out[kRowTiles][kHeadDim / 8][4];
-#pragma unroll
-  for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-    for (int j = 0; j < kHeadDim / 8; ++j) out[m][j][0] = out[m][j][1] = out[m][j][2] = out[m][j][3] = 0.f;
-
-  for (int c = 0; c < n_chunks; ++c) {
-    if (c + 1 < n_chunks) {
-      issue_key_chunk<T, kHeadDim, kReadValues, kRowTiles>(keys, (c + 1) * kChunkKeys, positions, key_base, value_base,
-                                                           stages + ((c + 1) & 1) * Config::kStageBytes);
-      if (c + 2 < n_chunks) load_positions<kHeadDim, kReadValues, kRowTiles>(keys, (c + 2) * kChunkKeys, positions);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    const uint32_t key_tile = stages + (c & 1) * Config::kStageBytes;
-    const int key0 = c * kChunkKeys;
-
-    float s[kRowTiles][kChunkKeys / 8][4];
-    chunk_scores<T, kHeadDim, kChunkKeys, kRowTiles>(query_tile, warp_row0, key_tile, lane, s);
-    const bool needs_mask = key0 + kChunkKeys > unmasked_keys;
-#pragma unroll
-    for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-      for (int j = 0; j < kChunkKeys / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const RowInfo& info = rows[m][e >> 1];
-          bool visible = info.query >= 0;
-          if (needs_mask) {
-            const int v = key0 + 8 * j + 2 * quad_col + (e & 1);
-            int position = v;
-            if constexpr (kKeys == PrefillKeys::Selected) position = v < keys.n_selected ? -1 : q0 + v - keys.n_selected;
-            visible = visible && v < keys.total && position <= info.query;
-          }
-          s[m][j][e] = visible ? s[m][j][e] * p.scale_log2 : -INFINITY;
-        }
-
-#pragma unroll
-    for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float chunk_max = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < kChunkKeys / 8; ++j) chunk_max = fmaxf(chunk_max, fmaxf(s[m][j][2 * r], s[m][j][2 * r + 1]));
-        chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 1));
-        chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 2));
-        const float new_max = fmaxf(state[m][r].max, chunk_max);
-        const float reference = SoftmaxState::finite_max(new_max);
-        const float rescale = exp2f(state[m][r].max - reference);
-        state[m][r].max = new_max;
-        float chunk_sum = 0.f;
-#pragma unroll
-        for (int j = 0; j < kChunkKeys / 8; ++j)
-#pragma unroll
-          for (int e = 2 * r; e < 2 * r + 2; ++e) {
-            s[m][j][e] = exp2f(s[m][j][e] - reference);
-            chunk_sum += s[m][j][e];
-          }
-        state[m][r].sum = state[m][r].sum * rescale + chunk_sum;
-        if constexpr (kReadValues) {
-#pragma unroll
-          for (int j = 0; j < kHeadDim / 8; ++j) {
-            out[m][j][2 * r] *= rescale;
-            out[m][j][2 * r + 1] *= rescale;
-          }
-        }
-      }
-
-    if constexpr (kReadValues) {
-      const uint32_t value_tile = key_tile + Config::kTileBytes;
-#pragma unroll
-      for (int k_step = 0; k_step < kChunkKeys / 16; ++k_step) {
-        uint32_t pa[kRowTiles][4];
-#pragma unroll
-        for (int m = 0; m < kRowTiles; ++m) {
-          pa[m][0] = ElementTraits<T>::pack2(s[m][2 * k_step][0], s[m][2 * k_step][1]);
-          pa[m][1] = ElementTraits<T>::pack2(s[m][2 * k_step][2], s[m][2 * k_step][3]);
-          pa[m][2] = ElementTraits<T>::pack2(s[m][2 * k_step + 1][0], s[m][2 * k_step + 1][1]);
-          pa[m][3] = ElementTraits<T>::pack2(s[m][2 * k_step + 1][2], s[m][2 * k_step + 1][3]);
-        }
-#pragma unroll
-        for (int pair = 0; pair < kHeadDim / 16; ++pair) {
-          uint32_t bv[4];
-          load_value_fragments<kHeadDim>(value_tile, k_step * 16, pair, lane, bv);
-#pragma unroll
-          for (int m = 0; m < kRowTiles; ++m) {
-            mma_16816<T>(out[m][2 * pair], pa[m], bv[0], bv[1]);
-            mma_16816<T>(out[m][2 * pair + 1], pa[m], bv[2], bv[3]);
-          }
-        }
-      }
-    }
-    __syncthreads();  // the stage is refilled by the next iteration's copies
-  }
-
-#pragma unroll
-  for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      SoftmaxState& state_row = state[m][r];
-      state_row.sum += __shfl_xor_sync(0xffffffffu, state_row.sum, 1);
-      state_row.sum += __shfl_xor_sync(0xffffffffu, state_row.sum, 2);
-      const RowInfo& info = rows[m][r];
-      if (info.query < 0) continue;
-      const float lse2 = state_row.log2_sum_exp();
-      if (p.lse && quad_col == 0)
-        p.lse[(int64_t(b) * p.n_heads + info.head) * p.max_seq_len + info.query] = lse2 * kLn2;
-      if constexpr (kReadValues) {
-        const float inverse = state_row.sum > 0.f ? 1.f / state_row.sum : 0.f;
-        T* out_row = static_cast<T*>(p.output) +
-                     ((int64_t(b) * p.max_seq_len + info.query) * p.n_heads + info.head) * kHeadDim;
-#pragma unroll
-        for (int j = 0; j < kHeadDim / 8; ++j) {
-          const uint32_t packed = ElementTraits<T>::pack2(out[m][j][2 * r] * inverse, out[m][j][2 * r + 1] * inverse);
-          *reinterpret_cast<uint32_t*>(out_row + 8 * j + 2 * quad_col) = packed;
-        }
-      }
-    }
-}
-
 // ---------------------------------------------------------------------------
 // The Hopper core (wgmma + TMA, warp-specialised) for head_dim 64, 128, 256;
-// see wgmma_common.cuh for layouts. Same semantics as prefill_attention_kernel.
+// see wgmma_common.cuh for layouts. Semantics: kascade_cuda.h and the CPU
+// reference (attention/kascade_ops.h).
 
 // Copies the even or odd (`parity`) 16-byte pieces of block row `row` of a
 // Hopper query tile (zeros for a padding row). Two neighbouring threads share
@@ -766,130 +507,11 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
   }
 }
 
-constexpr int kSelectChunkKeys = 64;
-
-template <int kHeadDim>
-struct TileSelectConfig {
-  static constexpr int kTileBytes = kSelectChunkKeys * kHeadDim * 2;
-  static constexpr int kQueryBytes = kBlockRows * kHeadDim * 2;
-  static constexpr int kColumnBytes = kWarps * kSelectChunkKeys * 4;
-  static constexpr int kSharedBytes = kQueryBytes + 2 * kTileBytes + kColumnBytes;
-  static constexpr int kPiecesPerThread = kSelectChunkKeys * (kHeadDim / 8) / kThreads;
-};
-
-// Persistent blocks; each work item is one (sequence, KV head, tile) and
-// selects budget(s) of the keys [0, s) before the tile by pooled score.
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(kThreads) tile_select_kernel(const TileSelectParams p) {
-  using Config = TileSelectConfig<kHeadDim>;
-  constexpr int kChunks = kHeadDim / 8;
-  extern __shared__ __align__(128) unsigned char shared[];
-  __shared__ RadixSelectShared<kThreads> select_shared;
-  __shared__ int work_item;
-  const uint32_t query_tile = shared_address(shared);
-  const uint32_t stages = query_tile + Config::kQueryBytes;
-  float* columns = reinterpret_cast<float*>(shared + Config::kQueryBytes + 2 * Config::kTileBytes);
-
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int quad_row = lane >> 2, quad_col = lane & 3;
-  const int max_tiles = (p.max_seq_len + p.tile - 1) / p.tile;
-  const int items = max_tiles * p.batch * p.n_kv_heads;
-  float* slot = p.slots + int64_t(blockIdx.x) * p.max_seq_len;
-
-  while (true) {
-    if (threadIdx.x == 0) work_item = atomicAdd(p.work_counter, 1);
-    __syncthreads();
-    const int item = work_item;
-    __syncthreads();
-    if (item >= items) return;
-    const int t = max_tiles - 1 - item / (p.batch * p.n_kv_heads);
-    const int b = (item % (p.batch * p.n_kv_heads)) / p.n_kv_heads;
-    const int kv_head = item % p.n_kv_heads;
-    const int seq_len = p.seq_lens[b];
-    const int s = t * p.tile;
-    if (s >= seq_len || s == 0) continue;
-    const int k = static_cast<int>(p.tile_offsets[t + 1] - p.tile_offsets[t]);
-    int* out = p.indices + (int64_t(b) * p.n_kv_heads + kv_head) * p.per_head + p.tile_offsets[t];
-    if (k >= s) {  // dense tile: every earlier key
-      for (int i = threadIdx.x; i < s; i += kThreads) out[i] = i;
-      continue;
-    }
-    const int block_queries = min(p.tile, seq_len - s);
-    const T* key_base = static_cast<const T*>(p.keys) + (int64_t(b) * p.n_kv_heads + kv_head) * p.kv_head_stride;
-    const int n_chunks = (s + kSelectChunkKeys - 1) / kSelectChunkKeys;
-    const int row_blocks = (block_queries * p.group + kBlockRows - 1) / kBlockRows;
-
-    for (int row_block = 0; row_block < row_blocks; ++row_block) {
-      const int row_base = row_block * kBlockRows;
-      load_query_rows<T, kHeadDim, kThreads>(static_cast<const T*>(p.queries), b, p.max_seq_len, p.n_heads, s,
-                                             block_queries, p.group, kv_head, seq_len, row_base, query_tile);
-      float row_lse2[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const RowInfo info = row_info(row_base + warp * 16 + quad_row + 8 * r, s, block_queries, p.group, kv_head,
-                                      seq_len);
-        // Padding rows get lse +inf: their probabilities are 0.
-        row_lse2[r] = info.query >= 0
-                          ? p.lse[(int64_t(b) * p.n_heads + info.head) * p.max_seq_len + info.query] * kLog2e
-                          : INFINITY;
-      }
-      auto issue = [&](int c) {
-        const uint32_t stage = stages + (c & 1) * Config::kTileBytes;
-#pragma unroll
-        for (int e = 0; e < Config::kPiecesPerThread; ++e) {
-          const int piece = threadIdx.x + kThreads * e;
-          const int row = piece / kChunks, chunk = piece % kChunks;
-          const int key = c * kSelectChunkKeys + row;
-          const bool valid = key < s;
-          cp_async_16(stage + SwizzledTile<kHeadDim>::offset(row, chunk),
-                      key_base + (valid ? int64_t(key) * kHeadDim + chunk * 8 : 0), valid);
-        }
-        cp_async_commit();
-      };
-      issue(0);
-      for (int c = 0; c < n_chunks; ++c) {
-        if (c + 1 < n_chunks) {
-          issue(c + 1);
-          cp_async_wait<1>();
-        } else {
-          cp_async_wait<0>();
-        }
-        __syncthreads();
-        float scores[1][kSelectChunkKeys / 8][4];
-        chunk_scores<T, kHeadDim, kSelectChunkKeys, 1>(query_tile, warp * 16, stages + (c & 1) * Config::kTileBytes,
-                                                       lane, scores);
-        // Column sums of the probabilities over the warp's 16 rows.
-#pragma unroll
-        for (int j = 0; j < kSelectChunkKeys / 8; ++j) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float column = exp2f(scores[0][j][e] * p.scale_log2 - row_lse2[0]) +
-                           exp2f(scores[0][j][e + 2] * p.scale_log2 - row_lse2[1]);
-            column += __shfl_xor_sync(0xffffffffu, column, 4);
-            column += __shfl_xor_sync(0xffffffffu, column, 8);
-            column += __shfl_xor_sync(0xffffffffu, column, 16);
-            if (quad_row == 0) columns[warp * kSelectChunkKeys + 8 * j + 2 * quad_col + e] = column;
-          }
-        }
-        __syncthreads();
-        if (threadIdx.x < kSelectChunkKeys) {
-          const int key = c * kSelectChunkKeys + threadIdx.x;
-          float total = 0.f;
-#pragma unroll
-          for (int w = 0; w < kWarps; ++w) total += columns[w * kSelectChunkKeys + threadIdx.x];
-          if (key < s) slot[key] = row_block == 0 ? total : slot[key] + total;
-        }
-        // The next iteration's barrier orders these reads before the next writes.
-      }
-      __syncthreads();
-    }
-    select_top_k_block<kThreads>(slot, s, k, out, select_shared);
-  }
-}
-
 // Anchor tile selection on the Hopper core (head_dim 64, 128, 256). Persistent blocks
-// of two warpgroups take (sequence, KV head, tile) items as
-// tile_select_kernel does, but compute S^T = K Q^T: warpgroup w's 64
+// of two warpgroups take (sequence, KV head, tile) items from an atomic
+// counter, largest prefix first; each accumulates its tile's pooled scores
+// over the keys [0, s) into a private slot of s floats and radix-selects
+// budget(s) of them. They compute S^T = K Q^T: warpgroup w's 64
 // accumulator rows are keys [64 w, 64 w + 64) of a 128-key chunk and its
 // 128 columns are the tile's query rows, so a key's pooled score
 // sum_rows 2^(s - lse_row) is a sum along one accumulator row (32 values in
@@ -1076,52 +698,6 @@ dim3 prefill_grid(const PrefillParams& p) {
                          : dim3(p.n_kv_heads * p.row_blocks, query_blocks, p.batch);
 }
 
-template <typename T, int kHeadDim, PrefillKeys kKeys, PrefillMode kMode, int kRowTiles>
-const KernelInfo& prefill_kernel_info() {
-  using Config = PrefillConfig<kHeadDim, kMode == PrefillMode::Attend, kRowTiles>;
-  static const KernelInfo info =
-      configure(reinterpret_cast<const void*>(&prefill_attention_kernel<T, kHeadDim, kKeys, kMode, kRowTiles>),
-                Config::kSharedBytes, Config::kThreads, "configure prefill_attention_kernel");
-  return info;
-}
-
-// Causal passes (dense, LSE) run warps of two row tiles where the registers
-// hold them (head_dim <= 128): each K/V fragment then feeds two products
-// (+17 % measured). Gathers keep one row tile and twice the warps, which
-// hide the gather latency better (run 2 of docs/cuda_results.md).
-template <typename T, int kHeadDim>
-const KernelInfo& prefill_kernel_for_dim(PrefillKeys keys, PrefillMode mode) {
-  constexpr int kCausalRowTiles = kHeadDim <= 128 ? 2 : 1;
-  if (keys == PrefillKeys::Selected) {
-    if (mode != PrefillMode::Attend) unsupported("prefill mode (LSE of a selected-key pass)", int(mode));
-    return prefill_kernel_info<T, kHeadDim, PrefillKeys::Selected, PrefillMode::Attend, 1>();
-  }
-  return mode == PrefillMode::LseOnly
-             ? prefill_kernel_info<T, kHeadDim, PrefillKeys::Causal, PrefillMode::LseOnly, kCausalRowTiles>()
-             : prefill_kernel_info<T, kHeadDim, PrefillKeys::Causal, PrefillMode::Attend, kCausalRowTiles>();
-}
-
-template <typename T>
-const KernelInfo& prefill_kernel_for_type(int head_dim, PrefillKeys keys, PrefillMode mode) {
-  switch (head_dim) {
-    case 64: return prefill_kernel_for_dim<T, 64>(keys, mode);
-    case 128: return prefill_kernel_for_dim<T, 128>(keys, mode);
-    case 256: return prefill_kernel_for_dim<T, 256>(keys, mode);
-  }
-  unsupported("head_dim", head_dim);
-}
-
-
-// The Hopper core serves every head_dim (64, 128, 256) unless
-// KASCADE_PREFILL_CORE=mma asks for the mma.sync core (A/B runs).
-bool use_hopper_core(int head_dim) {
-  static const bool mma_sync_only = [] {
-    const char* value = std::getenv("KASCADE_PREFILL_CORE");
-    return value != nullptr && std::string_view(value) == "mma";
-  }();
-  return (head_dim == 64 || head_dim == 128 || head_dim == 256) && !mma_sync_only;
-}
-
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -1233,24 +809,6 @@ void launch_wgmma_prefill(const PrefillParams& params, DType dtype, int head_dim
              "launch wgmma_prefill_kernel");
 }
 
-template <typename T, int kHeadDim>
-const KernelInfo& tile_select_kernel_info() {
-  static const KernelInfo info = configure(reinterpret_cast<const void*>(&tile_select_kernel<T, kHeadDim>),
-                                           TileSelectConfig<kHeadDim>::kSharedBytes, kThreads,
-                                           "configure tile_select_kernel");
-  return info;
-}
-
-template <typename T>
-const KernelInfo& tile_select_kernel_for_type(int head_dim) {
-  switch (head_dim) {
-    case 64: return tile_select_kernel_info<T, 64>();
-    case 128: return tile_select_kernel_info<T, 128>();
-    case 256: return tile_select_kernel_info<T, 256>();
-  }
-  unsupported("head_dim", head_dim);
-}
-
 template <typename T, int kDim>
 const KernelInfo& wgmma_tile_select_kernel_info() {
   static const KernelInfo info = configure(reinterpret_cast<const void*>(&wgmma_tile_select_kernel<T, kDim>),
@@ -1270,27 +828,15 @@ const KernelInfo& wgmma_tile_select_kernel_for_type(int head_dim) {
 }
 
 const KernelInfo& tile_select_kernel_for(DType dtype, int head_dim) {
-  if (use_hopper_core(head_dim))
-    return dtype == DType::F16 ? wgmma_tile_select_kernel_for_type<__half>(head_dim)
-                               : wgmma_tile_select_kernel_for_type<__nv_bfloat16>(head_dim);
-  return dtype == DType::F16 ? tile_select_kernel_for_type<__half>(head_dim)
-                             : tile_select_kernel_for_type<__nv_bfloat16>(head_dim);
+  return dtype == DType::F16 ? wgmma_tile_select_kernel_for_type<__half>(head_dim)
+                             : wgmma_tile_select_kernel_for_type<__nv_bfloat16>(head_dim);
 }
 
 }  // namespace
 
 void launch_prefill_attention(const PrefillParams& params, DType dtype, int head_dim, PrefillKeys keys,
                               PrefillMode mode, cudaStream_t stream) {
-  if (use_hopper_core(head_dim)) {
-    launch_wgmma_prefill(params, dtype, head_dim, keys, mode, stream);
-    return;
-  }
-  const KernelInfo& info = dtype == DType::F16 ? prefill_kernel_for_type<__half>(head_dim, keys, mode)
-                                               : prefill_kernel_for_type<__nv_bfloat16>(head_dim, keys, mode);
-  const dim3 grid = prefill_grid(params);
-  void* arguments[] = {const_cast<PrefillParams*>(&params)};
-  check_cuda(cudaLaunchKernel(info.kernel, grid, dim3(info.threads), arguments, info.shared_bytes, stream),
-             "launch prefill_attention_kernel");
+  launch_wgmma_prefill(params, dtype, head_dim, keys, mode, stream);
 }
 
 int tile_select_blocks_per_sm(DType dtype, int head_dim) { return tile_select_kernel_for(dtype, head_dim).blocks_per_sm; }
@@ -1298,21 +844,15 @@ int tile_select_blocks_per_sm(DType dtype, int head_dim) { return tile_select_ke
 void launch_tile_select(const TileSelectParams& params, DType dtype, int head_dim, int n_blocks, cudaStream_t stream) {
   const KernelInfo& info = tile_select_kernel_for(dtype, head_dim);
   check_cuda(cudaMemsetAsync(params.work_counter, 0, sizeof(int), stream), "cudaMemsetAsync(work counter)");
-  if (use_hopper_core(head_dim)) {
-    hopper::SelectParams hp;
-    hp.p = params;
-    hp.capacity = static_cast<int>(params.kv_head_stride / head_dim);
-    const int64_t rows = int64_t(params.batch) * params.n_kv_heads * hp.capacity;
-    if (rows >= (int64_t(1) << 31)) unsupported("KV rows for the tensor map", rows);
-    hp.keys_map = kv_tensor_map(params.keys, dtype, rows, head_dim, hopper::kSelectChunkKeys);
-    void* arguments[] = {&hp};
-    check_cuda(cudaLaunchKernel(info.kernel, dim3(n_blocks), dim3(info.threads), arguments, info.shared_bytes, stream),
-               "launch wgmma_tile_select_kernel");
-    return;
-  }
-  void* arguments[] = {const_cast<TileSelectParams*>(&params)};
-  check_cuda(cudaLaunchKernel(info.kernel, dim3(n_blocks), dim3(kThreads), arguments, info.shared_bytes, stream),
-             "launch tile_select_kernel");
+  hopper::SelectParams hp;
+  hp.p = params;
+  hp.capacity = static_cast<int>(params.kv_head_stride / head_dim);
+  const int64_t rows = int64_t(params.batch) * params.n_kv_heads * hp.capacity;
+  if (rows >= (int64_t(1) << 31)) unsupported("KV rows for the tensor map", rows);
+  hp.keys_map = kv_tensor_map(params.keys, dtype, rows, head_dim, hopper::kSelectChunkKeys);
+  void* arguments[] = {&hp};
+  check_cuda(cudaLaunchKernel(info.kernel, dim3(n_blocks), dim3(info.threads), arguments, info.shared_bytes, stream),
+             "launch wgmma_tile_select_kernel");
 }
 
 }  // namespace kascade::cuda::detail
