@@ -11,8 +11,8 @@ namespace kascade::calibration {
 void validate(const CalibrationOptions& options, int n_layers) {
   validate(options.statistics);
   if (options.min_anchors < 1 || options.min_anchors > options.max_anchors || options.max_anchors > n_layers)
-    fail("anchor counts {}..{} must satisfy 1 <= first <= last <= {} (the model's global attention layers)", options.min_anchors,
-         options.max_anchors, n_layers);
+    fail("anchor counts {}..{} must satisfy 1 <= first <= last <= {} (the model's global attention layers)",
+         options.min_anchors, options.max_anchors, n_layers);
   if (options.chunk_size < 1) fail("calibration chunk size must be at least 1, got {}", options.chunk_size);
 }
 

@@ -573,9 +573,9 @@ __global__ void __launch_bounds__(kPooledThreads, kSplit ? 2 : 4) pooled_select_
   const int n = p.seq_lens[b];
   // This block's segment [begin, end): a multiple of 16 keys long, so float4
   // groups and index-order rounds never straddle two segments.
-  const int segment = (n + blocks - 1) / blocks;
-  const int begin = min(n, rank * ((segment + 15) / 16 * 16));
-  const int end = min(n, begin + (segment + 15) / 16 * 16);
+  const int segment = ((n + blocks - 1) / blocks + 15) / 16 * 16;
+  const int begin = min(n, rank * segment);
+  const int end = min(n, begin + segment);
   const int k = static_cast<int>(budget_of(p.budget.percent, p.budget.min_keys, n));
   const int64_t head_row0 = int64_t(b) * p.n_heads + int64_t(kv_head) * p.group;
   const int64_t set_row = int64_t(b) * p.n_kv_heads + kv_head;
@@ -720,8 +720,10 @@ __global__ void __launch_bounds__(kPooledThreads, kSplit ? 2 : 4) pooled_select_
     return;
   }
 
-  // Pass 2, in index order. Each thread owns kPooledPerThread consecutive keys per round.
-  auto load_round = [&](int first, float (&values)[kPooledPerThread]) {
+  // Pass 2, in index order. Each thread owns kPooledPerThread consecutive keys
+  // per round: it loads them and marks those above the threshold bin and in it.
+  auto load_round = [&](int first, float (&values)[kPooledPerThread], unsigned int& above_mask,
+                        unsigned int& bin_mask) {
 #pragma unroll
     for (int q = 0; q < kPooledPerThread / 4; ++q) {
       const float4 loaded =
@@ -731,22 +733,25 @@ __global__ void __launch_bounds__(kPooledThreads, kSplit ? 2 : 4) pooled_select_
       values[4 * q + 2] = loaded.z;
       values[4 * q + 3] = loaded.w;
     }
+    above_mask = bin_mask = 0;
+#pragma unroll
+    for (int e = 0; e < kPooledPerThread; ++e) {
+      const uint32_t bin = bin_of(float_order_key(values[e]));
+      const bool valid = first + e < end;
+      above_mask |= (valid && bin > threshold_bin) ? 1u << e : 0u;
+      bin_mask |= (valid && bin == threshold_bin) ? 1u << e : 0u;
+    }
   };
   // Counts first, when the segments must be placed after one another.
   unsigned int above_seen = 0, bin_seen = 0;  // block-uniform running totals
   if (blocks > 1) {
     unsigned int above_count = 0, bin_in_segment = 0;
     for (int base = begin; base < end; base += kPooledThreads * kPooledPerThread) {
-      const int first = base + tid * kPooledPerThread;
       float values[kPooledPerThread];
-      load_round(first, values);
-#pragma unroll
-      for (int e = 0; e < kPooledPerThread; ++e) {
-        const uint32_t bin = bin_of(float_order_key(values[e]));
-        const bool valid = first + e < end;
-        above_count += (valid && bin > threshold_bin) ? 1u : 0u;
-        bin_in_segment += (valid && bin == threshold_bin) ? 1u : 0u;
-      }
+      unsigned int above_mask, bin_mask;
+      load_round(base + tid * kPooledPerThread, values, above_mask, bin_mask);
+      above_count += __popc(above_mask);
+      bin_in_segment += __popc(bin_mask);
     }
     unsigned int total_above, total_bin;
     detail::block_exclusive_scan<kPooledThreads>(above_count, total_above, shared.warp_totals);
@@ -767,15 +772,8 @@ __global__ void __launch_bounds__(kPooledThreads, kSplit ? 2 : 4) pooled_select_
   for (int base = begin; base < end; base += kPooledThreads * kPooledPerThread) {
     const int first = base + tid * kPooledPerThread;
     float values[kPooledPerThread];
-    load_round(first, values);
-    unsigned int above_mask = 0, bin_mask = 0;
-#pragma unroll
-    for (int e = 0; e < kPooledPerThread; ++e) {
-      const uint32_t bin = bin_of(float_order_key(values[e]));
-      const bool valid = first + e < end;
-      above_mask |= (valid && bin > threshold_bin) ? 1u << e : 0u;
-      bin_mask |= (valid && bin == threshold_bin) ? 1u << e : 0u;
-    }
+    unsigned int above_mask, bin_mask;
+    load_round(first, values, above_mask, bin_mask);
     // Both counts in one scan: above in the low 16 bits, bin keys in the high.
     unsigned int total;
     const unsigned int before = detail::block_exclusive_scan<kPooledThreads>(
@@ -866,12 +864,9 @@ const KernelInfo& decode_kernel_for_dim(DecodeMode mode, bool sparse) {
 
 template <typename T>
 const KernelInfo& decode_kernel_for_type(int head_dim, DecodeMode mode, bool sparse) {
-  switch (head_dim) {
-    case 64: return decode_kernel_for_dim<T, 64>(mode, sparse);
-    case 128: return decode_kernel_for_dim<T, 128>(mode, sparse);
-    case 256: return decode_kernel_for_dim<T, 256>(mode, sparse);
-  }
-  unsupported("head_dim", head_dim);
+  return with_head_dim(head_dim, [&](auto dim) -> const KernelInfo& {
+    return decode_kernel_for_dim<T, decltype(dim)::value>(mode, sparse);
+  });
 }
 
 const KernelInfo& decode_kernel(DType dtype, int head_dim, DecodeMode mode, bool sparse) {
@@ -881,18 +876,11 @@ const KernelInfo& decode_kernel(DType dtype, int head_dim, DecodeMode mode, bool
 
 template <typename T>
 const void* merge_kernel_for_type(int head_dim, bool with_output) {
-  switch (head_dim) {
-    case 64:
-      return with_output ? reinterpret_cast<const void*>(&decode_merge_kernel<T, 64, true>)
-                         : reinterpret_cast<const void*>(&decode_merge_kernel<T, 64, false>);
-    case 128:
-      return with_output ? reinterpret_cast<const void*>(&decode_merge_kernel<T, 128, true>)
-                         : reinterpret_cast<const void*>(&decode_merge_kernel<T, 128, false>);
-    case 256:
-      return with_output ? reinterpret_cast<const void*>(&decode_merge_kernel<T, 256, true>)
-                         : reinterpret_cast<const void*>(&decode_merge_kernel<T, 256, false>);
-  }
-  unsupported("head_dim", head_dim);
+  return with_head_dim(head_dim, [&](auto dim) {
+    constexpr int kDim = decltype(dim)::value;
+    return with_output ? reinterpret_cast<const void*>(&decode_merge_kernel<T, kDim, true>)
+                       : reinterpret_cast<const void*>(&decode_merge_kernel<T, kDim, false>);
+  });
 }
 
 }  // namespace

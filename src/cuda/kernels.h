@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/kascade_cuda.h"
 
@@ -33,6 +34,19 @@ KASCADE_HOST_DEVICE inline int64_t budget_of(double percent, int64_t min_keys, i
 [[noreturn]] void unsupported(const char* what, int64_t value);
 // Raises kascade::Error naming the failed CUDA call; defined in api.cc.
 void check_cuda(cudaError_t status, const char* what);
+
+// Calls f(std::integral_constant<int, D>{}) for the head dimension D (64, 128
+// or 256) that head_dim names: the one switch from a runtime head_dim to the
+// kernel templates instantiated for it.
+template <typename F>
+decltype(auto) with_head_dim(int head_dim, F&& f) {
+  switch (head_dim) {
+    case 64: return f(std::integral_constant<int, 64>{});
+    case 128: return f(std::integral_constant<int, 128>{});
+    case 256: return f(std::integral_constant<int, 256>{});
+  }
+  unsupported("head_dim", head_dim);
+}
 
 // Decode kernels come in three modes: attention only; attention that also
 // writes every raw score (layer 0: dense output, scores for selection); and

@@ -769,22 +769,14 @@ const KernelInfo& wgmma_kernel_for_dim(PrefillKeys keys, PrefillMode mode) {
 
 template <typename T>
 const KernelInfo& wgmma_kernel_for_type(int head_dim, PrefillKeys keys, PrefillMode mode) {
-  switch (head_dim) {
-    case 64: return wgmma_kernel_for_dim<T, 64>(keys, mode);
-    case 128: return wgmma_kernel_for_dim<T, 128>(keys, mode);
-    case 256: return wgmma_kernel_for_dim<T, 256>(keys, mode);
-  }
-  unsupported("head_dim", head_dim);
+  return with_head_dim(head_dim, [&](auto dim) -> const KernelInfo& {
+    return wgmma_kernel_for_dim<T, decltype(dim)::value>(keys, mode);
+  });
 }
 
 // Keys per pipeline stage of the attention passes (hopper::AttentionTiles).
 int attention_chunk_keys(int head_dim) {
-  switch (head_dim) {
-    case 64: return hopper::AttentionTiles<64>::kChunk;
-    case 128: return hopper::AttentionTiles<128>::kChunk;
-    case 256: return hopper::AttentionTiles<256>::kChunk;
-  }
-  unsupported("head_dim", head_dim);
+  return with_head_dim(head_dim, [](auto dim) { return hopper::AttentionTiles<decltype(dim)::value>::kChunk; });
 }
 
 void launch_wgmma_prefill(const PrefillParams& params, DType dtype, int head_dim, PrefillKeys keys, PrefillMode mode,
@@ -819,12 +811,9 @@ const KernelInfo& wgmma_tile_select_kernel_info() {
 
 template <typename T>
 const KernelInfo& wgmma_tile_select_kernel_for_type(int head_dim) {
-  switch (head_dim) {
-    case 64: return wgmma_tile_select_kernel_info<T, 64>();
-    case 128: return wgmma_tile_select_kernel_info<T, 128>();
-    case 256: return wgmma_tile_select_kernel_info<T, 256>();
-  }
-  unsupported("head_dim", head_dim);
+  return with_head_dim(head_dim, [](auto dim) -> const KernelInfo& {
+    return wgmma_tile_select_kernel_info<T, decltype(dim)::value>();
+  });
 }
 
 const KernelInfo& tile_select_kernel_for(DType dtype, int head_dim) {
