@@ -41,7 +41,8 @@ constexpr int64_t kMaxDenseSplits = 32;
 // A/B switches for device runs, read once: KASCADE_SCORE_LAYOUT=rows keeps
 // the anchor's raw scores one row per head (the layout before run 13), =keys
 // forces key-major; KASCADE_MIN_SPLIT_KEYS overrides the dense split floor;
-// KASCADE_DECODE_PDL=0 launches the split merge plainly (before run 22);
+// KASCADE_DECODE_PDL=0 launches every decode kernel plainly (the split merge
+// before run 22, the small-batch selection and sparse pass before run 48);
 // KASCADE_GATHER_ORDER=heads launches the selected-key prefill passes
 // head-minor, as the causal passes (before run 23).
 int score_layout_override() {  // 0: by batch, 1: rows, 2: keys
@@ -74,9 +75,15 @@ int min_dense_split_keys() {
   return keys;
 }
 
-// The split merge as a programmatic dependent launch: its launch and block
-// scheduling overlap the pass (run 22: 1.4-2.3 us off a dense pass at batch 1 and 8).
-bool programmatic_merge() {
+// Decode kernels as programmatic dependent launches: a kernel's launch and
+// block scheduling overlap the end of the one before it. Always for the split
+// merge (run 22: 1.4-2.3 us off a dense pass at batch 1 and 8); for the
+// pooled selection and the sparse pass after it only when the selection has
+// fewer rows than multiprocessors (run 48: 2-6 % off an anchor at batch 1, up
+// to 3 % at batch 8, but 0.3-2 % slower at batch 64). A call's first kernel
+// is launched plainly: as a dependent of the previous call's last kernel it
+// made 32 chained layers 8-10 % slower (run 48).
+bool programmatic_launches() {
   static const bool programmatic = [] {
     const char* value = std::getenv("KASCADE_DECODE_PDL");
     return !(value && std::string(value) == "0");
@@ -176,10 +183,12 @@ void carve_partials(Carver& carver, detail::DecodeParams& p, int head_dim) {
 }
 
 // One attention pass over dense or selected keys, merged into the output.
-void run_decode_pass(detail::DecodeParams p, DType dtype, int head_dim, detail::DecodeMode mode, cudaStream_t stream) {
+// `dependent`: launch the pass as a programmatic dependent of the stream's previous kernel.
+void run_decode_pass(detail::DecodeParams p, DType dtype, int head_dim, detail::DecodeMode mode, bool dependent,
+                     cudaStream_t stream) {
   const bool with_output = mode != detail::DecodeMode::ScoresOnly;
-  detail::launch_decode_attention(p, dtype, head_dim, mode, stream);
-  if (p.splits > 1) detail::launch_decode_merge(p, dtype, head_dim, with_output, programmatic_merge(), stream);
+  detail::launch_decode_attention(p, dtype, head_dim, mode, dependent, stream);
+  if (p.splits > 1) detail::launch_decode_merge(p, dtype, head_dim, with_output, programmatic_launches(), stream);
 }
 
 detail::PrefillParams prefill_params(const AttentionArgs& args) {
@@ -249,7 +258,7 @@ void dense_decode(const AttentionArgs& args, float* lse, Workspace& workspace, c
   carve_partials(sizing, p, args.head_dim);
   Carver carver(static_cast<char*>(workspace.reserve(sizing.used())));
   carve_partials(carver, p, args.head_dim);
-  run_decode_pass(p, args.dtype, args.head_dim, detail::DecodeMode::Attend, stream);
+  run_decode_pass(p, args.dtype, args.head_dim, detail::DecodeMode::Attend, false, stream);
 }
 
 void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_output,
@@ -295,7 +304,7 @@ void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_o
   Carver carver(static_cast<char*>(workspace.reserve(sizing.used())));
   carve(carver);
 
-  run_decode_pass(scoring, args.dtype, args.head_dim, score_mode, stream);
+  run_decode_pass(scoring, args.dtype, args.head_dim, score_mode, false, stream);
 
   detail::PooledSelectParams select;
   select.scores = scoring.scores;
@@ -315,9 +324,10 @@ void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_o
   select.indices = selection.indices;
   select.counts = selection.counts;
   select.index_stride = selection.max_keys;
-  detail::launch_pooled_select_decode(select, stream);
+  const bool dependents = programmatic_launches() && sets < detail::multiprocessor_count();
+  detail::launch_pooled_select_decode(select, dependents, stream);
 
-  if (!dense_output) run_decode_pass(sparse, args.dtype, args.head_dim, detail::DecodeMode::Attend, stream);
+  if (!dense_output) run_decode_pass(sparse, args.dtype, args.head_dim, detail::DecodeMode::Attend, dependents, stream);
 }
 
 void reuse_decode(const AttentionArgs& args, const DecodeIndexSets& anchor, const int* head_map,
@@ -336,7 +346,7 @@ void reuse_decode(const AttentionArgs& args, const DecodeIndexSets& anchor, cons
   carve_partials(sizing, p, args.head_dim);
   Carver carver(static_cast<char*>(workspace.reserve(sizing.used())));
   carve_partials(carver, p, args.head_dim);
-  run_decode_pass(p, args.dtype, args.head_dim, detail::DecodeMode::Attend, stream);
+  run_decode_pass(p, args.dtype, args.head_dim, detail::DecodeMode::Attend, false, stream);
 }
 
 void top_k(const float* values, int64_t row_stride, const int* lengths, const int* k, int rows, int* out,

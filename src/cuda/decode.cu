@@ -78,8 +78,11 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
       pipeline + (Config::kPipelineBytes > Config::kMergeBytes ? Config::kPipelineBytes : Config::kMergeBytes));
 
   // The split merge may be launched now: its blocks wait for this grid to
-  // complete, but their launch and scheduling overlap it.
+  // complete, but their launch and scheduling overlap it. This grid may itself
+  // be a programmatic dependent (the sparse pass, of the pooled selection):
+  // nothing is read before its prerequisite has completed.
   asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int split = blockIdx.x;
@@ -420,15 +423,22 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
 
 constexpr int kSelectThreads = 512;
 
-// Pooled selection: 256-thread blocks. At batch 64 one block per (sequence,
-// KV head), four per multiprocessor, so 64 x 8 KV heads fit one wave; at
-// small batch a long row is cut among a cluster of up to kMaxPooledCluster
-// blocks, so that batch 1 does not leave 124 of 132 multiprocessors idle.
-constexpr int kPooledThreads = 256;
+// Pooled selection: 512-thread blocks, two per multiprocessor. At batch 64
+// one block per (sequence, KV head) row; at small batch a long row is cut
+// among a cluster of up to kMaxPooledCluster blocks, so that batch 1 does not
+// leave 124 of 132 multiprocessors idle. A block keeps its segment's bins in
+// shared memory up to kSharedSegmentKeys keys, beyond that in the pooled scratch.
+constexpr int kPooledThreads = 512;
 constexpr int kMaxPooledCluster = 8;  // the portable cluster size
 constexpr int kPooledBins = 4096;        // linear bins over the row's bounded key range
 constexpr int kPooledCandidates = 1024;  // most keys the threshold bin may hold on the fast path
 constexpr int kPooledPerThread = 16;     // consecutive keys per thread per index-order round
+constexpr int64_t kSharedSegmentKeys = 32768;  // 64 KB of bins
+constexpr int kMaxPooledGroup = 128;           // the largest group size (api.cc's validate)
+
+// Floats before a pooled-selection block's bins in dynamic shared memory: the
+// group's LSEs, padded so that the bins start 16-byte aligned.
+__host__ __device__ constexpr int pooled_lse_slots(int group) { return (group + 3) / 4 * 4; }
 
 struct PooledSelectShared {
   union {
@@ -541,30 +551,36 @@ struct RowBlocks {
   }
 };
 
-// Exact pooled top-k in two reads of the row. The score pass bounded each
+// Exact pooled top-k in one read of the scores. The score pass bounded each
 // head's scores, so every pooled value lies in [sum_i 2^(min_i - lse_i),
 // sum_i 2^(max_i - lse_i)]; that key range is cut into 4096 equal bins.
-// Pass 1 pools (reading the g score rows once), writes the pooled row and
-// histograms it: the bin holding the k-th largest key is then known. Pass 2,
-// in index order, sends keys above that bin to a scratch list (with the
-// number of bin keys before each) and the bin's own keys to shared memory,
-// where a radix select finds the exact threshold (ties to the lower index).
-// A final merge writes the keys above the bin and the chosen bin keys in
-// ascending order. A bin holding more than kPooledCandidates keys (narrow or
-// constant rows) falls back to the general radix select over the pooled row.
+// Pass 1 pools (reading the g score rows once) and histograms the pooled
+// values, keeping each key's bin (2 bytes): the bin holding the k-th largest
+// key is then known. (Until run 44 it kept the 4-byte pooled values, always in
+// DRAM: a third of the kernel's traffic at batch 64 and 32K.)
+// Pass 2, in index order over the bins, sends keys above that bin to a
+// scratch list (with the number of bin keys before each) and the bin's own
+// keys to shared memory; their exact pooled values are recomputed from the
+// scores (the same sums, bit for bit), and a radix select finds the exact
+// threshold among them (ties to the lower index). A final merge writes the
+// keys above the bin and the chosen bin keys in ascending order. A bin
+// holding more than kPooledCandidates keys (narrow or constant rows) falls
+// back to the general radix select over the pooled row, recomputed into the
+// pooled scratch.
 //
-// A cluster splits the row into consecutive segments, one per block, for
-// the two reads: pass 1 pools and histograms a segment, block 0 sums the
-// histograms (distributed shared memory) and finds the bin; pass 2 places
-// each segment's keys after the earlier segments' (their counts are
-// exchanged first) and sends the bin's keys to block 0, which finds the
-// exact threshold; each block then places its own keys above the bin.
-// Split rows run at small batch, with at most two blocks per multiprocessor:
-// they get the registers to run without spilling.
+// A cluster splits the row into consecutive segments, one per block: pass 1
+// pools and histograms a segment, block 0 sums the histograms (distributed
+// shared memory) and finds the bin; pass 2 places each segment's keys after
+// the earlier segments' (their counts are exchanged first) and sends the
+// bin's keys to block 0, which finds the exact threshold; each block then
+// places its own keys above the bin. A segment longer than kSharedSegmentKeys
+// (params.shared_bins false) keeps its bins in its part of the pooled scratch
+// row instead of shared memory.
 template <bool kSplit>
-__global__ void __launch_bounds__(kPooledThreads, kSplit ? 2 : 4) pooled_select_decode_kernel(const PooledSelectParams p) {
+__global__ void __launch_bounds__(kPooledThreads, 2) pooled_select_decode_kernel(const PooledSelectParams p) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // launched as a programmatic dependent of the score pass
   __shared__ PooledSelectShared shared;
-  extern __shared__ float group_lse2[];  // [group], log2 units
+  extern __shared__ __align__(16) float group_lse2[];  // [group] in log2 units, then the segment's bins
   const RowBlocks<kSplit> cluster;
   const int rank = cluster.rank;
   const int blocks = cluster.count;
@@ -585,6 +601,10 @@ __global__ void __launch_bounds__(kPooledThreads, kSplit ? 2 : 4) pooled_select_
     for (int i = begin + tid; i < end; i += kPooledThreads) out[i] = i;
     return;
   }
+  float* pooled = p.pooled + set_row * p.score_stride;
+  // bins[j - begin] is key j's bin.
+  uint16_t* bins = p.shared_bins ? reinterpret_cast<uint16_t*>(group_lse2 + pooled_lse_slots(p.group))
+                                 : reinterpret_cast<uint16_t*>(pooled) + begin;
   constexpr float kLog2e = 1.4426950408889634f;
   for (int r = tid; r < p.group; r += kPooledThreads) group_lse2[r] = p.lse[head_row0 + r] * kLog2e;
   for (int i = tid; i < kPooledBins; i += kPooledThreads) shared.fast.histogram[i] = 0;
@@ -619,21 +639,30 @@ __global__ void __launch_bounds__(kPooledThreads, kSplit ? 2 : 4) pooled_select_
   const uint32_t low_key = shared.low_key;
   const int shift = shared.shift;
   // Monotone in the key; keys outside the bounds (round-off) clamp to the end bins.
-  auto bin_of = [&](uint32_t key) -> uint32_t {
+  auto bin_of = [&](float pooled_value) -> uint32_t {
+    const uint32_t key = float_order_key(pooled_value);
     return key <= low_key ? 0u : min((key - low_key) >> shift, uint32_t(kPooledBins - 1));
   };
+  const float* scores = p.scores + head_row0 * p.score_stride;                 // row layout
+  const float* records = p.scores + set_row * p.score_stride * p.score_record;  // key-major
+  // Key j's pooled value, summed over the heads in pass 1's order (bit-identical).
+  auto pooled_at = [&](int j) {
+    float sum = 0.f;
+    for (int r = 0; r < p.group; ++r) {
+      const float score = p.score_record > 0 ? records[int64_t(j) * p.score_record + r] : scores[r * p.score_stride + j];
+      sum += exp2f(score - group_lse2[r]);
+    }
+    return sum;
+  };
 
-  // Pass 1: pooled scores, written and histogrammed. Two float4 groups of four
+  // Pass 1: pooled scores, binned and histogrammed. Two float4 groups of four
   // heads per thread per step keep eight 16-byte loads in flight.
-  const float* scores = p.scores + head_row0 * p.score_stride;
-  float* pooled = p.pooled + set_row * p.score_stride;
   constexpr int kGroups = 2;
   if (p.score_record > 0) {
     // Key-major records: lane l takes keys base + 32 e + l (e < kKeys), so every
     // load instruction reads 32 consecutive records; the heads are summed in
     // the same order as the row layout's loop (identical pooled values).
     constexpr int kKeys = 4;  // 8 measured 2 % slower per anchor (run 13: 128-byte spill at the 64-register cap)
-    const float* records = p.scores + set_row * p.score_stride * p.score_record;
     const int warp_id = tid >> 5;
     for (int base = begin + warp_id * 32 * kKeys; base < end; base += kPooledThreads * kKeys) {
       float sum[kKeys] = {};
@@ -657,8 +686,9 @@ __global__ void __launch_bounds__(kPooledThreads, kSplit ? 2 : 4) pooled_select_
       for (int e = 0; e < kKeys; ++e) {
         const int j = base + 32 * e + lane;
         if (j < end) {
-          pooled[j] = sum[e];
-          atomicAdd(&shared.fast.histogram[bin_of(float_order_key(sum[e]))], 1u);
+          const uint32_t bin = bin_of(sum[e]);
+          bins[j - begin] = static_cast<uint16_t>(bin);
+          atomicAdd(&shared.fast.histogram[bin], 1u);
         }
       }
     }
@@ -688,10 +718,14 @@ __global__ void __launch_bounds__(kPooledThreads, kSplit ? 2 : 4) pooled_select_
     for (int u = 0; u < kGroups; ++u) {
       const int j = base + 4 * (u * kPooledThreads + tid);
       if (j < end) {
-        *reinterpret_cast<float4*>(pooled + j) = make_float4(sum[u][0], sum[u][1], sum[u][2], sum[u][3]);
+        uint32_t bin[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (j + e < end) atomicAdd(&shared.fast.histogram[bin_of(float_order_key(sum[u][e]))], 1u);
+        for (int e = 0; e < 4; ++e) {
+          bin[e] = bin_of(sum[u][e]);
+          if (j + e < end) atomicAdd(&shared.fast.histogram[bin[e]], 1u);
+        }
+        // j - begin is a multiple of 4: one 8-byte store of the four bins.
+        *reinterpret_cast<uint2*>(bins + (j - begin)) = make_uint2(bin[0] | bin[1] << 16, bin[2] | bin[3] << 16);
       }
     }
   }
@@ -715,28 +749,36 @@ __global__ void __launch_bounds__(kPooledThreads, kSplit ? 2 : 4) pooled_select_
   const unsigned int bin_take = shared.threshold.remaining;  // keys to take from the bin
   const unsigned int bin_count = shared.threshold.count;
   if (bin_count > kPooledCandidates) {
-    if (rank != 0) return;
-    select_top_k_block<kPooledThreads>(pooled, n, k, out, shared.fallback);
+    // The bins are no longer read (in the pooled scratch they may be overwritten).
+    for (int j = begin + tid; j < end; j += kPooledThreads) pooled[j] = pooled_at(j);
+    cluster.sync();  // the whole pooled row is written
+    if (rank == 0) select_top_k_block<kPooledThreads>(pooled, n, k, out, shared.fallback);
     return;
   }
 
   // Pass 2, in index order. Each thread owns kPooledPerThread consecutive keys
-  // per round: it loads them and marks those above the threshold bin and in it.
-  auto load_round = [&](int first, float (&values)[kPooledPerThread], unsigned int& above_mask,
-                        unsigned int& bin_mask) {
-#pragma unroll
-    for (int q = 0; q < kPooledPerThread / 4; ++q) {
-      const float4 loaded =
-          first + 4 * q < end ? *reinterpret_cast<const float4*>(pooled + first + 4 * q) : make_float4(0.f, 0.f, 0.f, 0.f);
-      values[4 * q] = loaded.x;
-      values[4 * q + 1] = loaded.y;
-      values[4 * q + 2] = loaded.z;
-      values[4 * q + 3] = loaded.w;
+  // per round (two 16-byte loads of bins, issued a round ahead: in the pooled
+  // scratch they come from DRAM) and marks those above the threshold bin and in it.
+  constexpr int kRoundKeys = kPooledThreads * kPooledPerThread;
+  struct RoundBins {
+    uint4 words[2] = {};
+  };
+  auto fetch_round = [&](int first) {
+    RoundBins round;
+    if (first < end) {
+      const uint4* source = reinterpret_cast<const uint4*>(bins + (first - begin));
+      round.words[0] = source[0];
+      round.words[1] = source[1];
     }
+    return round;
+  };
+  auto classify_round = [&](int first, const RoundBins& round, unsigned int& above_mask, unsigned int& bin_mask) {
+    const uint32_t words[8] = {round.words[0].x, round.words[0].y, round.words[0].z, round.words[0].w,
+                               round.words[1].x, round.words[1].y, round.words[1].z, round.words[1].w};
     above_mask = bin_mask = 0;
 #pragma unroll
     for (int e = 0; e < kPooledPerThread; ++e) {
-      const uint32_t bin = bin_of(float_order_key(values[e]));
+      const uint32_t bin = (words[e / 2] >> (16 * (e & 1))) & 0xffffu;
       const bool valid = first + e < end;
       above_mask |= (valid && bin > threshold_bin) ? 1u << e : 0u;
       bin_mask |= (valid && bin == threshold_bin) ? 1u << e : 0u;
@@ -746,10 +788,12 @@ __global__ void __launch_bounds__(kPooledThreads, kSplit ? 2 : 4) pooled_select_
   unsigned int above_seen = 0, bin_seen = 0;  // block-uniform running totals
   if (blocks > 1) {
     unsigned int above_count = 0, bin_in_segment = 0;
-    for (int base = begin; base < end; base += kPooledThreads * kPooledPerThread) {
-      float values[kPooledPerThread];
+    RoundBins next = fetch_round(begin + tid * kPooledPerThread);
+    for (int base = begin; base < end; base += kRoundKeys) {
+      const RoundBins round = next;
+      next = fetch_round(base + kRoundKeys + tid * kPooledPerThread);
       unsigned int above_mask, bin_mask;
-      load_round(base + tid * kPooledPerThread, values, above_mask, bin_mask);
+      classify_round(base + tid * kPooledPerThread, round, above_mask, bin_mask);
       above_count += __popc(above_mask);
       bin_in_segment += __popc(bin_mask);
     }
@@ -769,11 +813,13 @@ __global__ void __launch_bounds__(kPooledThreads, kSplit ? 2 : 4) pooled_select_
   const unsigned int above_first = above_seen;  // this block's first entry in the scratch list
   // Keys above the bin go to the scratch list, the bin's keys to block 0's shared memory.
   int2* above = p.above + set_row * p.index_stride;
-  for (int base = begin; base < end; base += kPooledThreads * kPooledPerThread) {
+  RoundBins next = fetch_round(begin + tid * kPooledPerThread);
+  for (int base = begin; base < end; base += kRoundKeys) {
     const int first = base + tid * kPooledPerThread;
-    float values[kPooledPerThread];
+    const RoundBins round = next;
+    next = fetch_round(first + kRoundKeys);
     unsigned int above_mask, bin_mask;
-    load_round(first, values, above_mask, bin_mask);
+    classify_round(first, round, above_mask, bin_mask);
     // Both counts in one scan: above in the low 16 bits, bin keys in the high.
     unsigned int total;
     const unsigned int before = detail::block_exclusive_scan<kPooledThreads>(
@@ -785,7 +831,6 @@ __global__ void __launch_bounds__(kPooledThreads, kSplit ? 2 : 4) pooled_select_
       if (above_mask & (1u << e)) {
         above[above_at++] = make_int2(first + e, int(bin_at));
       } else if (bin_mask & (1u << e)) {
-        cluster.of_rank(shared.fast.key, 0)[bin_at] = float_order_key(values[e]);
         cluster.of_rank(shared.fast.position, 0)[bin_at] = first + e;
         cluster.of_rank(shared.fast.above_before, 0)[bin_at] = int(above_at);
         ++bin_at;
@@ -795,7 +840,13 @@ __global__ void __launch_bounds__(kPooledThreads, kSplit ? 2 : 4) pooled_select_
     bin_seen += total >> 16;
   }
   cluster.sync();  // every bin key is in block 0, every scratch entry written
-  if (rank == 0) choose_bin_keys(shared, bin_take, bin_count, out);
+  if (rank == 0) {
+    // The bin keys' exact values: at most kPooledCandidates short sums.
+    for (unsigned int c = tid; c < bin_count; c += kPooledThreads)
+      shared.fast.key[c] = float_order_key(pooled_at(shared.fast.position[c]));
+    __syncthreads();
+    choose_bin_keys(shared, bin_take, bin_count, out);
+  }
   cluster.sync();  // block 0 has written the chosen bin keys and chosen_before
 
   // This block's keys above the bin move up by the chosen bin keys before them.
@@ -806,7 +857,6 @@ __global__ void __launch_bounds__(kPooledThreads, kSplit ? 2 : 4) pooled_select_
   }
   cluster.sync();  // block 0's shared memory is read until here
 }
-
 
 // One block per row of the standalone top-k.
 __global__ void __launch_bounds__(kSelectThreads, 2) top_k_kernel(const float* values, int64_t row_stride,
@@ -889,63 +939,80 @@ int decode_blocks_per_sm(DType dtype, int head_dim, DecodeMode mode, bool sparse
   return decode_kernel(dtype, head_dim, mode, sparse).blocks_per_sm;
 }
 
+// One kernel launch of the decode path: `programmatic` makes it a
+// programmatic dependent of the stream's previous kernel (its blocks are
+// launched and scheduled while that kernel finishes, and wait for it in
+// griddepcontrol.wait); cluster_blocks > 1 groups the blocks along x.
+void launch_kernel(const void* kernel, dim3 grid, int threads, size_t shared_bytes, void* arguments, bool programmatic,
+                   int cluster_blocks, cudaStream_t stream, const char* what) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attributes[2] = {};
+  if (programmatic) {
+    attributes[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[config.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_blocks > 1) {
+    attributes[config.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attributes[config.numAttrs++].val.clusterDim = {static_cast<unsigned>(cluster_blocks), 1, 1};
+  }
+  config.attrs = attributes;
+  void* argument_list[] = {arguments};
+  check_cuda(cudaLaunchKernelExC(&config, kernel, argument_list), what);
+}
+
 void launch_decode_attention(const DecodeParams& params, DType dtype, int head_dim, DecodeMode mode,
-                             cudaStream_t stream) {
+                             bool programmatic, cudaStream_t stream) {
   const KernelInfo& info = decode_kernel(dtype, head_dim, mode, params.indices != nullptr);
   const dim3 grid(params.splits, params.n_kv_heads * params.head_blocks, params.batch);
-  void* arguments[] = {const_cast<DecodeParams*>(&params)};
-  check_cuda(cudaLaunchKernel(info.kernel, grid, dim3(info.threads), arguments, info.shared_bytes, stream),
-             "launch decode_attention_kernel");
+  launch_kernel(info.kernel, grid, info.threads, info.shared_bytes, const_cast<DecodeParams*>(&params), programmatic,
+                1, stream, "launch decode_attention_kernel");
 }
 
 void launch_decode_merge(const DecodeParams& params, DType dtype, int head_dim, bool with_output,
                          bool programmatic, cudaStream_t stream) {
   const void* kernel = dtype == DType::F16 ? merge_kernel_for_type<__half>(head_dim, with_output)
                                            : merge_kernel_for_type<__nv_bfloat16>(head_dim, with_output);
-  void* arguments[] = {const_cast<DecodeParams*>(&params)};
   const size_t shared_bytes = size_t(params.splits) * sizeof(float);
   if (shared_bytes > 48 * 1024) unsupported("decode splits", params.splits);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(params.batch * params.n_heads);
-  config.blockDim = dim3(kMergeThreads);
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute dependent = {};
-  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  dependent.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &dependent;
-  config.numAttrs = programmatic ? 1 : 0;
-  check_cuda(cudaLaunchKernelExC(&config, kernel, arguments), "launch decode_merge_kernel");
+  launch_kernel(kernel, dim3(params.batch * params.n_heads), kMergeThreads, shared_bytes,
+                const_cast<DecodeParams*>(&params), programmatic, 1, stream, "launch decode_merge_kernel");
 }
 
-void launch_pooled_select_decode(const PooledSelectParams& params, cudaStream_t stream) {
-  // Rows of the longest sequence's length (score_stride) are cut into
-  // segments of at least kMinPooledSegment keys, into no more blocks than
-  // multiprocessors (run 39: batch 8 at 8K and 32K lost 2-23 % to clusters of
-  // 4 blocks, batch 1 at 8K 12 % to clusters of 8).
+void launch_pooled_select_decode(const PooledSelectParams& params, bool programmatic, cudaStream_t stream) {
+  // At small batch rows of the longest sequence's length (score_stride) are
+  // cut into segments of at least kMinPooledSegment keys, into no more blocks
+  // than multiprocessors (run 39: batch 8 at 8K and 32K lost 2-23 % to
+  // clusters of 4 blocks, batch 1 at 8K 12 % to clusters of 8). Cutting rows
+  // further only to keep every segment's bins in shared memory was slower
+  // than one block per row with the bins in DRAM (run 44: batch 64 at 64K
+  // and 128K, batch 8 at 128K).
   constexpr int64_t kMinPooledSegment = 8192;
   const int rows = params.batch * params.n_kv_heads;
   const int64_t wanted = std::min<int64_t>(multiprocessor_count() / rows, params.score_stride / kMinPooledSegment);
   const int blocks_per_row = static_cast<int>(std::clamp<int64_t>(wanted, 1, kMaxPooledCluster));
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks_per_row, params.n_kv_heads, params.batch);
-  config.blockDim = dim3(kPooledThreads);
-  config.dynamicSmemBytes = params.group * sizeof(float);
-  config.stream = stream;
-  if (blocks_per_row == 1) {
-    check_cuda(cudaLaunchKernelEx(&config, pooled_select_decode_kernel<false>, params),
-               "launch pooled_select_decode_kernel");
-    return;
-  }
-  cudaLaunchAttribute cluster = {};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = blocks_per_row;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&config, pooled_select_decode_kernel<true>, params),
-             "launch pooled_select_decode_kernel (cluster)");
+  const int64_t segment = ((params.score_stride + blocks_per_row - 1) / blocks_per_row + 15) / 16 * 16;
+  PooledSelectParams p = params;
+  p.shared_bins = segment <= kSharedSegmentKeys;
+  const int shared_bytes =
+      static_cast<int>(pooled_lse_slots(p.group) * sizeof(float) + (p.shared_bins ? segment * sizeof(uint16_t) : 0));
+  // The dynamic shared-memory limit, raised once for the largest launch.
+  constexpr int kMaxSharedBytes = pooled_lse_slots(kMaxPooledGroup) * sizeof(float) + kSharedSegmentKeys * sizeof(uint16_t);
+  static const bool configured = [] {
+    for (const void* kernel : {reinterpret_cast<const void*>(pooled_select_decode_kernel<false>),
+                               reinterpret_cast<const void*>(pooled_select_decode_kernel<true>)})
+      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSharedBytes),
+                 "cudaFuncSetAttribute (pooled_select_decode_kernel)");
+    return true;
+  }();
+  (void)configured;
+  const void* kernel = blocks_per_row == 1 ? reinterpret_cast<const void*>(pooled_select_decode_kernel<false>)
+                                           : reinterpret_cast<const void*>(pooled_select_decode_kernel<true>);
+  launch_kernel(kernel, dim3(blocks_per_row, p.n_kv_heads, p.batch), kPooledThreads, shared_bytes, &p, programmatic,
+                blocks_per_row, stream, "launch pooled_select_decode_kernel");
 }
 
 void launch_top_k(const float* values, int64_t row_stride, const int* lengths, const int* k, int rows, int* out,

@@ -84,12 +84,15 @@ struct DecodeParams {
   float* score_bounds = nullptr;  // [batch][n_heads][splits][2]: smallest, largest score of the split
 };
 
+// The decode launches take `programmatic`: launch the kernel as a
+// programmatic dependent of the stream's previous kernel, whatever it is (its
+// blocks are scheduled while that kernel finishes and wait for it to complete
+// before reading anything).
 int decode_blocks_per_sm(DType dtype, int head_dim, DecodeMode mode, bool sparse);
 void launch_decode_attention(const DecodeParams& params, DType dtype, int head_dim, DecodeMode mode,
-                             cudaStream_t stream);
+                             bool programmatic, cudaStream_t stream);
 // Folds the split partials into output (when not ScoresOnly) and lse. Call it
-// right after launch_decode_attention: `programmatic` launches it as that
-// pass's programmatic dependent (its blocks start early and wait for the pass).
+// right after launch_decode_attention (which lets it start early).
 void launch_decode_merge(const DecodeParams& params, DType dtype, int head_dim, bool with_output,
                          bool programmatic, cudaStream_t stream);
 
@@ -105,13 +108,16 @@ struct PooledSelectParams {
   const int* seq_lens = nullptr;
   int batch = 0, n_heads = 0, n_kv_heads = 0, group = 0;
   Budget budget;
-  float* pooled = nullptr;  // scratch [batch][n_kv_heads][score_stride]
+  // Scratch [batch][n_kv_heads][score_stride]: the pooled row when the
+  // threshold bin overflows, and the bins of segments too long for shared memory.
+  float* pooled = nullptr;
   int2* above = nullptr;    // scratch [batch][n_kv_heads][index_stride]
   int* indices = nullptr;   // [batch][n_kv_heads][index_stride]
   int* counts = nullptr;    // [batch]
   int64_t index_stride = 0;
+  bool shared_bins = true;  // set by launch_pooled_select_decode
 };
-void launch_pooled_select_decode(const PooledSelectParams& params, cudaStream_t stream);
+void launch_pooled_select_decode(const PooledSelectParams& params, bool programmatic, cudaStream_t stream);
 
 void launch_top_k(const float* values, int64_t row_stride, const int* lengths, const int* k, int rows, int* out,
                   int64_t out_stride, cudaStream_t stream);

@@ -80,11 +80,13 @@ struct Tensor16 {
 uint16_t to_bits(float x, bool bf16) { return bf16 ? kascade::fp32_to_bf16(x) : kascade::fp32_to_fp16(x); }
 float from_bits(uint16_t b, bool bf16) { return bf16 ? kascade::bf16_to_fp32(b) : kascade::fp16_to_fp32(b); }
 
+// Uniform in [-scale, scale); all zeros for scale 0.
 Tensor16 random_tensor(size_t n, bool bf16, float scale) {
   std::uniform_real_distribution<float> dist(-scale, scale);
   Tensor16 t;
-  t.bits.resize(n);
-  t.values.resize(n);
+  t.bits.assign(n, to_bits(0.f, bf16));
+  t.values.assign(n, 0.f);
+  if (scale == 0.f) return t;
   for (size_t i = 0; i < n; ++i) {
     t.bits[i] = to_bits(dist(rng), bf16);
     t.values[i] = from_bits(t.bits[i], bf16);
@@ -161,9 +163,11 @@ struct Problem {
   bool bf16;
   int n_heads, n_kv_heads, head_dim;
   std::vector<int> lens;
+  float query_scale = 1.f;  // 0: constant score rows, every pooled value tied
   std::string name() const {
     char text[128];
-    std::snprintf(text, sizeof text, "%s H=%d G=%d d=%d lens=", bf16 ? "bf16" : "f16", n_heads, n_kv_heads, head_dim);
+    std::snprintf(text, sizeof text, "%s H=%d G=%d d=%d%s lens=", bf16 ? "bf16" : "f16", n_heads, n_kv_heads, head_dim,
+                  query_scale == 0.f ? " zero queries" : "");
     std::string s = text;
     for (size_t i = 0; i < lens.size(); ++i) s += (i ? "," : "") + std::to_string(lens[i]);
     return s;
@@ -232,7 +236,7 @@ void test_decode(const Problem& p, const kc::Budget& budget) {
   const std::string name = "decode " + p.name();
   Cache cache(p);
   const int d = p.head_dim, g = p.group();
-  const Tensor16 queries = random_tensor(size_t(p.batch()) * p.n_heads * d, p.bf16, 1.f);
+  const Tensor16 queries = random_tensor(size_t(p.batch()) * p.n_heads * d, p.bf16, p.query_scale);
   DeviceBuffer<uint16_t> device_queries(queries.bits.size()), output(queries.bits.size());
   device_queries.upload(queries.bits);
   DeviceBuffer<float> lse(size_t(p.batch()) * p.n_heads);
@@ -552,6 +556,13 @@ int main() {
     // Few rows, long ones: the pooled selection splits each row over a cluster
     // of 8 blocks; 77 keys leave three of them empty segments.
     test_decode({false, 16, 2, 128, {70001, 77, 16385}}, standard);
+    // Constant score rows: the threshold bin holds every key (general radix
+    // select over the recomputed pooled row; ties to the lower index).
+    test_decode({false, 8, 2, 128, {5000, 1500}, 0.f}, standard);
+    // Segments too long for their bins to stay in shared memory: a row cut
+    // among 8 blocks of 37504 keys, and 67 rows of one block each.
+    test_decode({true, 2, 1, 64, {300001}}, standard);
+    test_decode({false, 67, 67, 64, {33000}}, standard);
     test_prefill({false, 9, 3, 64, {1333, 500}}, small, 16);
     test_prefill({true, 9, 3, 64, {1100}}, small, 64);
     test_prefill({false, 16, 2, 64, {2100, 333}}, standard, 32);  // head_dim 64, g = 8, two sequences
