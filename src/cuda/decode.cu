@@ -662,7 +662,7 @@ __global__ void __launch_bounds__(kPooledThreads, 2) pooled_select_decode_kernel
     // Key-major records: lane l takes keys base + 32 e + l (e < kKeys), so every
     // load instruction reads 32 consecutive records; the heads are summed in
     // the same order as the row layout's loop (identical pooled values).
-    constexpr int kKeys = 4;  // 8 measured 2 % slower per anchor (run 13: 128-byte spill at the 64-register cap)
+    constexpr int kKeys = 4;  // 8: 2 % slower (run 13, 128-byte spill), no faster at 512 threads (run 50)
     const int warp_id = tid >> 5;
     for (int base = begin + warp_id * 32 * kKeys; base < end; base += kPooledThreads * kKeys) {
       float sum[kKeys] = {};

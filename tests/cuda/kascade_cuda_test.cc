@@ -556,6 +556,10 @@ int main() {
     // Few rows, long ones: the pooled selection splits each row over a cluster
     // of 8 blocks; 77 keys leave three of them empty segments.
     test_decode({false, 16, 2, 128, {70001, 77, 16385}}, standard);
+    // 256 (sequence, KV head) rows with g = 4: scores key-major, as at batch 64.
+    std::vector<int> many(32);
+    for (int b = 0; b < 32; ++b) many[b] = 200 + int(rng() % 1800);
+    test_decode({false, 32, 8, 64, many}, standard);
     // Constant score rows: the threshold bin holds every key (general radix
     // select over the recomputed pooled row; ties to the lower index).
     test_decode({false, 8, 2, 128, {5000, 1500}, 0.f}, standard);
