@@ -169,7 +169,10 @@ struct Problem {
     std::snprintf(text, sizeof text, "%s H=%d G=%d d=%d%s lens=", bf16 ? "bf16" : "f16", n_heads, n_kv_heads, head_dim,
                   query_scale == 0.f ? " zero queries" : "");
     std::string s = text;
-    for (size_t i = 0; i < lens.size(); ++i) s += (i ? "," : "") + std::to_string(lens[i]);
+    for (size_t i = 0; i < lens.size(); ++i) {
+      if (i > 0) s += ',';
+      s += std::to_string(lens[i]);
+    }
     return s;
   }
   int batch() const { return int(lens.size()); }
