@@ -244,14 +244,14 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
       chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 2));
       const float new_max = fmaxf(state[r].max, chunk_max);
       const float reference = SoftmaxState::finite_max(new_max);
-      const float rescale = exp2f(state[r].max - reference);
+      const float rescale = exp2_approx(state[r].max - reference);
       state[r].max = new_max;
       float chunk_sum = 0.f;
 #pragma unroll
       for (int j = 0; j < 2; ++j)
 #pragma unroll
         for (int e = 2 * r; e < 2 * r + 2; ++e) {
-          s[j][e] = exp2f(s[j][e] - reference);
+          s[j][e] = exp2_approx(s[j][e] - reference);
           chunk_sum += s[j][e];
         }
       state[r].sum = state[r].sum * rescale + chunk_sum;
@@ -618,8 +618,8 @@ __global__ void __launch_bounds__(kPooledThreads, 2) pooled_select_decode_kernel
         largest = fmaxf(largest, bounds[2 * split + 1]);
       }
       const float lse2 = p.lse[head_row0 + r] * kLog2e;
-      low += exp2f(smallest - lse2);
-      high += exp2f(largest - lse2);
+      low += exp2_approx(smallest - lse2);
+      high += exp2_approx(largest - lse2);
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
@@ -650,7 +650,7 @@ __global__ void __launch_bounds__(kPooledThreads, 2) pooled_select_decode_kernel
     float sum = 0.f;
     for (int r = 0; r < p.group; ++r) {
       const float score = p.score_record > 0 ? records[int64_t(j) * p.score_record + r] : scores[r * p.score_stride + j];
-      sum += exp2f(score - group_lse2[r]);
+      sum += exp2_approx(score - group_lse2[r]);
     }
     return sum;
   };
@@ -676,10 +676,10 @@ __global__ void __launch_bounds__(kPooledThreads, 2) pooled_select_decode_kernel
         }
 #pragma unroll
         for (int e = 0; e < kKeys; ++e) {
-          sum[e] += exp2f(loaded[e].x - group_lse2[4 * q]);
-          if (4 * q + 1 < p.group) sum[e] += exp2f(loaded[e].y - group_lse2[4 * q + 1]);
-          if (4 * q + 2 < p.group) sum[e] += exp2f(loaded[e].z - group_lse2[4 * q + 2]);
-          if (4 * q + 3 < p.group) sum[e] += exp2f(loaded[e].w - group_lse2[4 * q + 3]);
+          sum[e] += exp2_approx(loaded[e].x - group_lse2[4 * q]);
+          if (4 * q + 1 < p.group) sum[e] += exp2_approx(loaded[e].y - group_lse2[4 * q + 1]);
+          if (4 * q + 2 < p.group) sum[e] += exp2_approx(loaded[e].z - group_lse2[4 * q + 2]);
+          if (4 * q + 3 < p.group) sum[e] += exp2_approx(loaded[e].w - group_lse2[4 * q + 3]);
         }
       }
 #pragma unroll
@@ -708,10 +708,10 @@ __global__ void __launch_bounds__(kPooledThreads, 2) pooled_select_decode_kernel
       const float lse2 = group_lse2[r];
 #pragma unroll
       for (int u = 0; u < kGroups; ++u) {
-        sum[u][0] += exp2f(loaded[u].x - lse2);
-        sum[u][1] += exp2f(loaded[u].y - lse2);
-        sum[u][2] += exp2f(loaded[u].z - lse2);
-        sum[u][3] += exp2f(loaded[u].w - lse2);
+        sum[u][0] += exp2_approx(loaded[u].x - lse2);
+        sum[u][1] += exp2_approx(loaded[u].y - lse2);
+        sum[u][2] += exp2_approx(loaded[u].z - lse2);
+        sum[u][3] += exp2_approx(loaded[u].w - lse2);
       }
     }
 #pragma unroll

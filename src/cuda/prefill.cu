@@ -332,14 +332,14 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
       chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 2));
       const float new_max = fmaxf(state[r].max, chunk_max * p.scale_log2);
       const float reference = SoftmaxState::finite_max(new_max);
-      rescale[r] = hopper::exp2_approx(state[r].max - reference);
+      rescale[r] = exp2_approx(state[r].max - reference);
       state[r].max = new_max;
       float chunk_sum = 0.f;
 #pragma unroll
       for (int j = 0; j < kChunk / 8; ++j)
 #pragma unroll
         for (int e = 2 * r; e < 2 * r + 2; ++e) {
-          scores[4 * j + e] = hopper::exp2_approx(fmaf(scores[4 * j + e], p.scale_log2, -reference));
+          scores[4 * j + e] = exp2_approx(fmaf(scores[4 * j + e], p.scale_log2, -reference));
           chunk_sum += scores[4 * j + e];
         }
       state[r].sum = state[r].sum * rescale[r] + chunk_sum;
@@ -660,7 +660,7 @@ __global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_
           for (int j = 0; j < 16; ++j)
 #pragma unroll
             for (int e = 0; e < 2; ++e)
-              total += hopper::exp2_approx(fmaf(scores[4 * j + 2 * r + e], p.scale_log2, -column_lse[2 * j + e]));
+              total += exp2_approx(fmaf(scores[4 * j + 2 * r + e], p.scale_log2, -column_lse[2 * j + e]));
           total += __shfl_xor_sync(0xffffffffu, total, 1);
           total += __shfl_xor_sync(0xffffffffu, total, 2);
           if (quad_col == 0 && key0 + 8 * r < s) slot[key0 + 8 * r] = row_block == 0 ? total : earlier[r] + total;

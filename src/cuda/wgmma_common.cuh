@@ -91,13 +91,6 @@ struct SelectParams {
   int capacity = 0;
 };
 
-// 2^x in one MUFU instruction (denormal results flush to zero: probabilities
-// below 2^-126 of the row maximum, far under fp16/bf16 resolution).
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int half_bytes) {
   return static_cast<uint32_t>((chunk >> 3) * half_bytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
