@@ -22,11 +22,11 @@ void check_cuda(cudaError_t status, const char* what) {
 }  // namespace detail
 
 using detail::check_cuda;
+using detail::kPrefillBlockRows;
 
 namespace {
 
 constexpr int kMaxHeadsPerDecodeBlock = 16;  // rows of one m16n8k16 tile
-constexpr int kPrefillBlockRows = 128;
 // Smallest key range of a split: dense passes (dense attention, the
 // anchor's score pass) 256 keys, so that batch 1 does not run 64 splits of
 // 128 keys (two-warp blocks: four chunks per warp, then a 64-way merge);

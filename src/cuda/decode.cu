@@ -434,7 +434,6 @@ constexpr int kPooledBins = 4096;        // linear bins over the row's bounded k
 constexpr int kPooledCandidates = 1024;  // most keys the threshold bin may hold on the fast path
 constexpr int kPooledPerThread = 16;     // consecutive keys per thread per index-order round
 constexpr int64_t kSharedSegmentKeys = 32768;  // 64 KB of bins
-constexpr int kMaxPooledGroup = 128;           // the largest group size (api.cc's validate)
 
 // Floats before a pooled-selection block's bins in dynamic shared memory: the
 // group's LSEs, padded so that the bins start 16-byte aligned.
@@ -784,19 +783,27 @@ __global__ void __launch_bounds__(kPooledThreads, 2) pooled_select_decode_kernel
       bin_mask |= (valid && bin == threshold_bin) ? 1u << e : 0u;
     }
   };
+  // Calls visit(first, above_mask, bin_mask) for this thread's keys of every
+  // round of the segment, in order (block-uniform trip count).
+  auto for_each_round = [&](auto&& visit) {
+    RoundBins next = fetch_round(begin + tid * kPooledPerThread);
+    for (int base = begin; base < end; base += kRoundKeys) {
+      const int first = base + tid * kPooledPerThread;
+      const RoundBins round = next;
+      next = fetch_round(first + kRoundKeys);
+      unsigned int above_mask, bin_mask;
+      classify_round(first, round, above_mask, bin_mask);
+      visit(first, above_mask, bin_mask);
+    }
+  };
   // Counts first, when the segments must be placed after one another.
   unsigned int above_seen = 0, bin_seen = 0;  // block-uniform running totals
   if (blocks > 1) {
     unsigned int above_count = 0, bin_in_segment = 0;
-    RoundBins next = fetch_round(begin + tid * kPooledPerThread);
-    for (int base = begin; base < end; base += kRoundKeys) {
-      const RoundBins round = next;
-      next = fetch_round(base + kRoundKeys + tid * kPooledPerThread);
-      unsigned int above_mask, bin_mask;
-      classify_round(base + tid * kPooledPerThread, round, above_mask, bin_mask);
+    for_each_round([&](int, unsigned int above_mask, unsigned int bin_mask) {
       above_count += __popc(above_mask);
       bin_in_segment += __popc(bin_mask);
-    }
+    });
     unsigned int total_above, total_bin;
     detail::block_exclusive_scan<kPooledThreads>(above_count, total_above, shared.warp_totals);
     detail::block_exclusive_scan<kPooledThreads>(bin_in_segment, total_bin, shared.warp_totals);
@@ -813,13 +820,7 @@ __global__ void __launch_bounds__(kPooledThreads, 2) pooled_select_decode_kernel
   const unsigned int above_first = above_seen;  // this block's first entry in the scratch list
   // Keys above the bin go to the scratch list, the bin's keys to block 0's shared memory.
   int2* above = p.above + set_row * p.index_stride;
-  RoundBins next = fetch_round(begin + tid * kPooledPerThread);
-  for (int base = begin; base < end; base += kRoundKeys) {
-    const int first = base + tid * kPooledPerThread;
-    const RoundBins round = next;
-    next = fetch_round(first + kRoundKeys);
-    unsigned int above_mask, bin_mask;
-    classify_round(first, round, above_mask, bin_mask);
+  for_each_round([&](int first, unsigned int above_mask, unsigned int bin_mask) {
     // Both counts in one scan: above in the low 16 bits, bin keys in the high.
     unsigned int total;
     const unsigned int before = detail::block_exclusive_scan<kPooledThreads>(
@@ -838,7 +839,7 @@ __global__ void __launch_bounds__(kPooledThreads, 2) pooled_select_decode_kernel
     }
     above_seen += total & 0xffffu;
     bin_seen += total >> 16;
-  }
+  });
   cluster.sync();  // every bin key is in block 0, every scratch entry written
   if (rank == 0) {
     // The bin keys' exact values: at most kPooledCandidates short sums.
@@ -999,8 +1000,9 @@ void launch_pooled_select_decode(const PooledSelectParams& params, bool programm
   p.shared_bins = segment <= kSharedSegmentKeys;
   const int shared_bytes =
       static_cast<int>(pooled_lse_slots(p.group) * sizeof(float) + (p.shared_bins ? segment * sizeof(uint16_t) : 0));
-  // The dynamic shared-memory limit, raised once for the largest launch.
-  constexpr int kMaxSharedBytes = pooled_lse_slots(kMaxPooledGroup) * sizeof(float) + kSharedSegmentKeys * sizeof(uint16_t);
+  // The dynamic shared-memory limit, raised once for the largest launch (the
+  // largest group has kPrefillBlockRows heads).
+  constexpr int kMaxSharedBytes = pooled_lse_slots(kPrefillBlockRows) * sizeof(float) + kSharedSegmentKeys * sizeof(uint16_t);
   static const bool configured = [] {
     for (const void* kernel : {reinterpret_cast<const void*>(pooled_select_decode_kernel<false>),
                                reinterpret_cast<const void*>(pooled_select_decode_kernel<true>)})

@@ -30,6 +30,10 @@ KASCADE_HOST_DEVICE inline int64_t budget_of(double percent, int64_t min_keys, i
   return keys < n ? keys : n;
 }
 
+// Rows of a prefill block: row r is query q0 + r / g of head r % g, so a
+// group has at most this many heads (api.cc's validate enforces it).
+constexpr int kPrefillBlockRows = 128;
+
 // Raises kascade::Error("unsupported <what>: <value>"); defined in api.cc.
 [[noreturn]] void unsupported(const char* what, int64_t value);
 // Raises kascade::Error naming the failed CUDA call; defined in api.cc.

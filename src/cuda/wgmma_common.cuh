@@ -30,7 +30,7 @@
 
 namespace kascade::cuda::detail::hopper {
 
-constexpr int kRows = 128;           // block rows (two consumer warpgroups x 64)
+constexpr int kRows = kPrefillBlockRows;  // two consumer warpgroups x 64
 constexpr int kThreads = 384;        // producer warpgroup + 2 consumer warpgroups
 constexpr int kQueryHalfBytes = kRows * 128;
 
@@ -145,6 +145,15 @@ __device__ __forceinline__ void fence_registers(float (&d)[kCount]) {
     KASCADE_WGMMA_ACCUMULATOR_OPERANDS_32, KASCADE_WGMMA_EIGHT(32), KASCADE_WGMMA_EIGHT(40), KASCADE_WGMMA_EIGHT(48), \
     KASCADE_WGMMA_EIGHT(56)
 
+// The 32 accumulators of one m64n64 wgmma (head_dim 64's P V, head_dim 256's
+// Q K^T over a 64-key chunk) and the 128 of one m64n256 (head_dim 256's P V).
+#define KASCADE_WGMMA_ACCUMULATORS_32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+#define KASCADE_WGMMA_ACCUMULATORS_128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+#define KASCADE_WGMMA_ACCUMULATOR_OPERANDS_128 \
+    KASCADE_WGMMA_ACCUMULATOR_OPERANDS, KASCADE_WGMMA_EIGHT(64), KASCADE_WGMMA_EIGHT(72), KASCADE_WGMMA_EIGHT(80), \
+    KASCADE_WGMMA_EIGHT(88), KASCADE_WGMMA_EIGHT(96), KASCADE_WGMMA_EIGHT(104), KASCADE_WGMMA_EIGHT(112), \
+    KASCADE_WGMMA_EIGHT(120)
+
 // D (64 x 128, fp32) = A (64 x 16, shared) * B (16 x 128, shared, K-major) [+ D].
 template <typename T>
 __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate);
@@ -160,72 +169,50 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4],
 template <typename T>
 __device__ __forceinline__ void wgmma_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, int accumulate);
 
-#define KASCADE_WGMMA_FORMS(T, PTX_TYPE)                                                                  \
-  template <>                                                                                            \
-  __device__ __forceinline__ void wgmma_ss<T>(float (&d)[64], uint64_t desc_a, uint64_t desc_b,          \
-                                              int accumulate) {                                          \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                          \
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX_TYPE "." PTX_TYPE " "                 \
-                 KASCADE_WGMMA_ACCUMULATORS "%64, %65, p, 1, 1, 0, 0;\n}\n"                             \
-                 : KASCADE_WGMMA_ACCUMULATOR_OPERANDS                                                     \
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                            \
-  }                                                                                                      \
-  template <>                                                                                            \
-  __device__ __forceinline__ void wgmma_rs<T>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,   \
-                                              int accumulate) {                                          \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                          \
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX_TYPE "." PTX_TYPE " "                 \
-                 KASCADE_WGMMA_ACCUMULATORS "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"              \
-                 : KASCADE_WGMMA_ACCUMULATOR_OPERANDS                                                     \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));             \
+// One specialisation per form: ACCUMULATORS fp32 accumulators of a SHAPE
+// wgmma, their PTX list and asm constraints, then the %-indices of the
+// operands that follow them (A: a descriptor, or four registers for RS; B;
+// the accumulate predicate), spelled out since the preprocessor cannot add.
+#define KASCADE_WGMMA_SS(T, PTX_TYPE, ACCUMULATORS, SHAPE, ACCUMULATOR_LIST, ACCUMULATOR_OPERANDS, A, B, P) \
+  template <>                                                                                               \
+  __device__ __forceinline__ void wgmma_ss<T>(float (&d)[ACCUMULATORS], uint64_t desc_a, uint64_t desc_b,   \
+                                              int accumulate) {                                             \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n"                                             \
+                 "wgmma.mma_async.sync.aligned." SHAPE ".f32." PTX_TYPE "." PTX_TYPE " "                    \
+                 ACCUMULATOR_LIST A ", " B ", p, 1, 1, 0, 0;\n}\n"                                          \
+                 : ACCUMULATOR_OPERANDS                                                                     \
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                              \
   }
+#define KASCADE_WGMMA_RS(T, PTX_TYPE, ACCUMULATORS, SHAPE, ACCUMULATOR_LIST, ACCUMULATOR_OPERANDS, A, B, P)      \
+  template <>                                                                                                    \
+  __device__ __forceinline__ void wgmma_rs<T>(float (&d)[ACCUMULATORS], const uint32_t (&a)[4], uint64_t desc_b, \
+                                              int accumulate) {                                                  \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n"                                                  \
+                 "wgmma.mma_async.sync.aligned." SHAPE ".f32." PTX_TYPE "." PTX_TYPE " "                         \
+                 ACCUMULATOR_LIST "{" A "}, " B ", p, 1, 1, 1;\n}\n"                                             \
+                 : ACCUMULATOR_OPERANDS                                                                          \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));                    \
+  }
+
+// Every form, for one element type.
+#define KASCADE_WGMMA_FORMS(T, PTX_TYPE)                                                                          \
+  KASCADE_WGMMA_SS(T, PTX_TYPE, 64, "m64n128k16", KASCADE_WGMMA_ACCUMULATORS, KASCADE_WGMMA_ACCUMULATOR_OPERANDS, \
+                   "%64", "%65", "%66")                                                                           \
+  KASCADE_WGMMA_RS(T, PTX_TYPE, 64, "m64n128k16", KASCADE_WGMMA_ACCUMULATORS, KASCADE_WGMMA_ACCUMULATOR_OPERANDS, \
+                   "%64, %65, %66, %67", "%68", "%69")                                                            \
+  KASCADE_WGMMA_SS(T, PTX_TYPE, 32, "m64n64k16", KASCADE_WGMMA_ACCUMULATORS_32,                                   \
+                   KASCADE_WGMMA_ACCUMULATOR_OPERANDS_32, "%32", "%33", "%34")                                    \
+  KASCADE_WGMMA_RS(T, PTX_TYPE, 32, "m64n64k16", KASCADE_WGMMA_ACCUMULATORS_32,                                   \
+                   KASCADE_WGMMA_ACCUMULATOR_OPERANDS_32, "%32, %33, %34, %35", "%36", "%37")                     \
+  KASCADE_WGMMA_RS(T, PTX_TYPE, 128, "m64n256k16", KASCADE_WGMMA_ACCUMULATORS_128,                                \
+                   KASCADE_WGMMA_ACCUMULATOR_OPERANDS_128, "%128, %129, %130, %131", "%132", "%133")
 
 KASCADE_WGMMA_FORMS(__half, "f16")
 KASCADE_WGMMA_FORMS(__nv_bfloat16, "bf16")
 
-// The 32 accumulators of one m64n64 wgmma (head_dim 64's P V, head_dim 256's
-// Q K^T over a 64-key chunk) and the 128 of one m64n256 (head_dim 256's P V).
-#define KASCADE_WGMMA_ACCUMULATORS_32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-#define KASCADE_WGMMA_ACCUMULATORS_128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-#define KASCADE_WGMMA_ACCUMULATOR_OPERANDS_128 \
-    KASCADE_WGMMA_ACCUMULATOR_OPERANDS, KASCADE_WGMMA_EIGHT(64), KASCADE_WGMMA_EIGHT(72), KASCADE_WGMMA_EIGHT(80), \
-    KASCADE_WGMMA_EIGHT(88), KASCADE_WGMMA_EIGHT(96), KASCADE_WGMMA_EIGHT(104), KASCADE_WGMMA_EIGHT(112), \
-    KASCADE_WGMMA_EIGHT(120)
-
-#define KASCADE_WGMMA_N64_N256_FORMS(T, PTX_TYPE)                                                         \
-  template <>                                                                                            \
-  __device__ __forceinline__ void wgmma_ss<T>(float (&d)[32], uint64_t desc_a, uint64_t desc_b,          \
-                                              int accumulate) {                                          \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                          \
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX_TYPE "." PTX_TYPE " "                  \
-                 KASCADE_WGMMA_ACCUMULATORS_32 "%32, %33, p, 1, 1, 0, 0;\n}\n"                          \
-                 : KASCADE_WGMMA_ACCUMULATOR_OPERANDS_32                                                  \
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                            \
-  }                                                                                                      \
-  template <>                                                                                            \
-  __device__ __forceinline__ void wgmma_rs<T>(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,   \
-                                              int accumulate) {                                          \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                          \
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX_TYPE "." PTX_TYPE " "                  \
-                 KASCADE_WGMMA_ACCUMULATORS_32 "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"          \
-                 : KASCADE_WGMMA_ACCUMULATOR_OPERANDS_32                                                  \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));             \
-  }                                                                                                      \
-  template <>                                                                                            \
-  __device__ __forceinline__ void wgmma_rs<T>(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b,  \
-                                              int accumulate) {                                          \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"                                         \
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32." PTX_TYPE "." PTX_TYPE " "                 \
-                 KASCADE_WGMMA_ACCUMULATORS_128 "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"    \
-                 : KASCADE_WGMMA_ACCUMULATOR_OPERANDS_128                                                 \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));             \
-  }
-
-KASCADE_WGMMA_N64_N256_FORMS(__half, "f16")
-KASCADE_WGMMA_N64_N256_FORMS(__nv_bfloat16, "bf16")
-
-#undef KASCADE_WGMMA_N64_N256_FORMS
 #undef KASCADE_WGMMA_FORMS
+#undef KASCADE_WGMMA_RS
+#undef KASCADE_WGMMA_SS
 #undef KASCADE_WGMMA_ACCUMULATOR_OPERANDS_128
 #undef KASCADE_WGMMA_ACCUMULATORS_128
 #undef KASCADE_WGMMA_ACCUMULATOR_OPERANDS_32
