@@ -508,7 +508,7 @@ int main(int argc, char** argv) {
             bench_prefill(Shape{bf16, 1, 32, 8, 128, n}, budget, 32, timer, n >= 65536 ? 3 : 5);
       if (only_n == 0) {
         for (int n : {8192, 32768}) bench_prefill(Shape{false, 1, 9, 3, 64, n}, budget, 32, timer, 5);
-        // head_dim 256 (Gemma 3 4B's attention): selection on the Hopper core, attention on mma.sync.
+        // head_dim 256 (Gemma 3 4B's attention), on the Hopper core since run 42.
         for (int n : {8192, 32768}) bench_prefill(Shape{false, 1, 8, 4, 256, n}, budget, 32, timer, 5);
       }
     }
