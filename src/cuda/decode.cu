@@ -771,16 +771,28 @@ __global__ void __launch_bounds__(kPooledThreads, 2) pooled_select_decode_kernel
     }
     return round;
   };
+  // Two bins per 32-bit word, compared at once: in each 16-bit half,
+  // 0x8000 + bin - t keeps bit 15 set iff bin >= t (bins are below 4096, so
+  // no borrow crosses the halves).
+  const uint32_t above_threshold = (threshold_bin + 1) * 0x10001u;
+  const uint32_t at_threshold = threshold_bin * 0x10001u;
   auto classify_round = [&](int first, const RoundBins& round, unsigned int& above_mask, unsigned int& bin_mask) {
     const uint32_t words[8] = {round.words[0].x, round.words[0].y, round.words[0].z, round.words[0].w,
                                round.words[1].x, round.words[1].y, round.words[1].z, round.words[1].w};
     above_mask = bin_mask = 0;
 #pragma unroll
-    for (int e = 0; e < kPooledPerThread; ++e) {
-      const uint32_t bin = (words[e / 2] >> (16 * (e & 1))) & 0xffffu;
-      const bool valid = first + e < end;
-      above_mask |= (valid && bin > threshold_bin) ? 1u << e : 0u;
-      bin_mask |= (valid && bin == threshold_bin) ? 1u << e : 0u;
+    for (int i = 0; i < kPooledPerThread / 2; ++i) {
+      const uint32_t biased = words[i] | 0x80008000u;
+      const uint32_t above_pair = (biased - above_threshold) & 0x80008000u;
+      const uint32_t in_pair = ((biased - at_threshold) & 0x80008000u) ^ above_pair;
+      // Bits 15 and 31 -> bits 2i and 2i + 1.
+      above_mask |= ((above_pair >> 15 | above_pair >> 30) & 3u) << (2 * i);
+      bin_mask |= ((in_pair >> 15 | in_pair >> 30) & 3u) << (2 * i);
+    }
+    if (first + kPooledPerThread > end) {  // the segment's last round
+      const unsigned int valid = first >= end ? 0u : (1u << (end - first)) - 1u;
+      above_mask &= valid;
+      bin_mask &= valid;
     }
   };
   // Calls visit(first, above_mask, bin_mask) for this thread's keys of every
@@ -827,11 +839,12 @@ __global__ void __launch_bounds__(kPooledThreads, 2) pooled_select_decode_kernel
         __popc(above_mask) | (__popc(bin_mask) << 16), total, shared.warp_totals);
     unsigned int above_at = above_seen + (before & 0xffffu);
     unsigned int bin_at = bin_seen + (before >> 16);
-#pragma unroll
-    for (int e = 0; e < kPooledPerThread; ++e) {
+    // Only the marked keys, in index order (about one in ten).
+    for (unsigned int marked = above_mask | bin_mask; marked != 0; marked &= marked - 1) {
+      const int e = __ffs(marked) - 1;
       if (above_mask & (1u << e)) {
         above[above_at++] = make_int2(first + e, int(bin_at));
-      } else if (bin_mask & (1u << e)) {
+      } else {
         cluster.of_rank(shared.fast.position, 0)[bin_at] = first + e;
         cluster.of_rank(shared.fast.above_before, 0)[bin_at] = int(above_at);
         ++bin_at;
