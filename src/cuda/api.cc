@@ -42,9 +42,7 @@ constexpr int64_t kMaxDenseSplits = 32;
 // the anchor's raw scores one row per head (the layout before run 13), =keys
 // forces key-major; KASCADE_MIN_SPLIT_KEYS overrides the dense split floor;
 // KASCADE_DECODE_PDL=0 launches every decode kernel plainly (the split merge
-// before run 22, the small-batch selection and sparse pass before run 48);
-// KASCADE_GATHER_ORDER=heads launches the selected-key prefill passes
-// head-minor, as the causal passes (before run 23).
+// before run 22, the small-batch selection and sparse pass before run 48).
 int score_layout_override() {  // 0: by batch, 1: rows, 2: keys
   static const int layout = [] {
     const char* value = std::getenv("KASCADE_SCORE_LAYOUT");
@@ -89,15 +87,6 @@ bool programmatic_launches() {
     return !(value && std::string(value) == "0");
   }();
   return programmatic;
-}
-
-// Selected-key prefill passes launch head-major (PrefillParams::kv_head_major).
-bool head_major_gathers() {
-  static const bool head_major = [] {
-    const char* value = std::getenv("KASCADE_GATHER_ORDER");
-    return !(value && std::string(value) == "heads");
-  }();
-  return head_major;
 }
 
 float scale_log2(int head_dim) { return float(1.4426950408889634 / std::sqrt(double(head_dim))); }
@@ -430,7 +419,6 @@ void reuse_prefill(const AttentionArgs& args, const PrefillIndexSets& anchor, co
   p.tile_offsets = anchor.tile_offsets;
   p.per_head = anchor.per_head;
   p.head_map = head_map;
-  p.kv_head_major = head_major_gathers();
   detail::launch_prefill_attention(p, args.dtype, args.head_dim, detail::PrefillKeys::Selected,
                                    detail::PrefillMode::Attend, stream);
 }

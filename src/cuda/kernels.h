@@ -141,11 +141,6 @@ struct PrefillParams {
   int batch = 0, n_heads = 0, n_kv_heads = 0, group = 0, max_seq_len = 0;
   int block_queries = 0;  // queries per block (a tile when Selected)
   int row_blocks = 0;     // blocks per (query block, KV head): ceil(block_queries*group/128)
-  // Launch order, heaviest query blocks first either way. false: the KV heads
-  // of a query block side by side; true: all query blocks of one KV head, then
-  // the next head (gathering passes: the blocks running together then read
-  // one head's rows, so more of the gathered rows come from L2; run 23).
-  bool kv_head_major = false;
   // Selected: tile t's keys are indices[(b*G + head_map[h])*per_head + tile_offsets[t] ...
   // tile_offsets[t+1]) followed by [t*tile, (t+1)*tile).
   const int* indices = nullptr;

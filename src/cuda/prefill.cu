@@ -48,11 +48,10 @@ __device__ __forceinline__ RowInfo row_info(int row, int q0, int block_queries, 
 
 // The (sequence, KV head, row block, query block) of a prefill block; the
 // grid is laid out by prefill_grid. Blocks start roughly in launch order (x
-// fastest), so heavy query blocks (causal work grows with the position) come
-// first. Head-minor (causal passes): the heads vary fastest, every head's
-// heavy blocks start in the first wave. Head-major (gathering passes): the
-// blocks of one KV head run together and all read that head's rows, most of
-// which they share in L2 (run 23).
+// fastest): all query blocks of one KV head, heaviest first (causal work
+// grows with the position), then the next head. The blocks running together
+// then read one head's K/V rows, which fit the L2, rather than all heads'
+// (gathering passes since run 23, the causal passes since run 58: -2..-4 %).
 struct BlockWork {
   int b = 0, kv_head = 0, row_base = 0, q_block = 0;
 };
@@ -61,13 +60,8 @@ __device__ __forceinline__ BlockWork block_work(const PrefillParams& p) {
   BlockWork work;
   work.b = blockIdx.z;
   work.row_base = (blockIdx.x % p.row_blocks) * kBlockRows;
-  if (p.kv_head_major) {
-    work.kv_head = blockIdx.y;
-    work.q_block = gridDim.x / p.row_blocks - 1 - blockIdx.x / p.row_blocks;
-  } else {
-    work.kv_head = blockIdx.x / p.row_blocks;
-    work.q_block = gridDim.y - 1 - blockIdx.y;
-  }
+  work.kv_head = blockIdx.y;
+  work.q_block = gridDim.x / p.row_blocks - 1 - blockIdx.x / p.row_blocks;
   return work;
 }
 
@@ -104,6 +98,17 @@ __device__ __forceinline__ KeyList block_keys(const PrefillParams& p, int b, int
   return keys;
 }
 
+// The maximum of v[0, kCount) as a balanced tree, so that the compares'
+// latencies overlap (depth log2 kCount instead of kCount).
+template <int kCount>
+__device__ __forceinline__ float tree_max(const float* v) {
+  if constexpr (kCount == 1) {
+    return v[0];
+  } else {
+    return fmaxf(tree_max<kCount / 2>(v), tree_max<kCount - kCount / 2>(v + kCount / 2));
+  }
+}
+
 // ---------------------------------------------------------------------------
 // The Hopper core (wgmma + TMA, warp-specialised) for head_dim 64, 128, 256;
 // see wgmma_common.cuh for layouts. Semantics: kascade_cuda.h and the CPU
@@ -128,7 +133,8 @@ __device__ __forceinline__ void copy_query_row(const Params& p, int b, int q0, i
 }
 
 template <typename T, int kDim, PrefillKeys kKeys, PrefillMode kMode, bool kOverlap>
-__global__ void __launch_bounds__(hopper::kThreads, 1)
+__global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Attend>::kThreads,
+                                  hopper::Config<kDim, kMode == PrefillMode::Attend>::kBlocksPerSM)
     wgmma_prefill_kernel(const __grid_constant__ hopper::Params params) {
   constexpr bool kReadValues = kMode == PrefillMode::Attend;
   constexpr bool kGather = kKeys == PrefillKeys::Selected;
@@ -170,9 +176,12 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
   }
   __syncthreads();
 
-  if (threadIdx.x < 128) {
-    // Producer warpgroup.
+  constexpr bool kProducerWarpLast = Config::kProducerWarpLast;
+  const int producer_thread = kProducerWarpLast ? int(threadIdx.x) - hopper::kConsumerThreads : threadIdx.x;
+  if (kProducerWarpLast ? producer_thread >= 0 : producer_thread < 128) {
+    // Producer warpgroup (or warp).
     if constexpr (kGather) {
+      static_assert(!kProducerWarpLast, "a gathering pass has a producer warpgroup");
       hopper::registers_decrease<40>();
       const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
       const int64_t kv_offset = (int64_t(b) * p.n_kv_heads + kv_head) * p.kv_head_stride;
@@ -224,8 +233,8 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
       }
       cp_async_wait<0>();
     } else {
-      hopper::registers_decrease<24>();
-      if (threadIdx.x == 0) {
+      if constexpr (!kProducerWarpLast) hopper::registers_decrease<24>();
+      if (producer_thread == 0) {
         const int row0 = (b * p.n_kv_heads + kv_head) * params.capacity;
         for (int c = 0; c < n_chunks; ++c) {
           const int s = c % kStages;
@@ -250,8 +259,8 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
   }
 
   // Consumer warpgroups.
-  hopper::registers_increase<kGather ? 232 : 240>();
-  const int consumer = threadIdx.x - 128;  // 0..255
+  if constexpr (!kProducerWarpLast) hopper::registers_increase<kGather ? 232 : 240>();
+  const int consumer = kProducerWarpLast ? threadIdx.x : threadIdx.x - 128;  // 0..255
   // Warpgroup: rows [64 group, 64 group + 64). Broadcast from lane 0 so that
   // the compiler knows it is warp-uniform and keeps the shared addresses and
   // descriptors derived from it in uniform registers.
@@ -304,14 +313,21 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
           hopper::descriptor_advance(key_descriptor, hopper::k_step_offset(k, Tiles::kHalfBytes)), k > 0);
     hopper::wgmma_commit();
   };
-  // Mask, scale, online-softmax update; scores become probabilities
-  // (relative to the new running max); returns the rows' rescale factors.
-  // Per score: a max, one FMA (scale and shift), ex2 and an add; the mask is
-  // applied only in chunks that reach past the block's first query (rows
-  // past the sequence are never stored, so they need no mask). The ALU pipe
-  // was the busiest one with a select per score and exp2f's range fix-ups
-  // (ncu, run 8).
-  auto softmax = [&](int c, float (&scores)[kChunk / 2], float (&rescale)[2]) {
+  // Mask, scale and exponentiate against the rows' references, add to the
+  // rows' sums; scores become probabilities. A row's reference is its running
+  // maximum (log2 units) as of the last time the reference moved; it moves
+  // only when a score passes it by more than kReferenceSlack, so
+  // probabilities stay below 2^kReferenceSlack (far inside fp16). In most
+  // chunks nothing moves: the exponentials start after a tree over the lane's
+  // own scores and one vote, not after each row's maximum has gone round its
+  // four lanes, and O is not rescaled (run 55: the dense pass -3..-8 %). Per
+  // score: a max, one FMA, ex2 and an add; the mask is
+  // applied only in chunks that reach past the block's first query (rows past
+  // the sequence are never stored, so they need no mask). Returns whether the
+  // references moved; then rescale[r] is row r's factor for its accumulators.
+  auto softmax = [&](int c, float (&scores)[kChunk / 2], float (&rescale)[2]) -> bool {
+    constexpr int kRowValues = kChunk / 4;  // scores of one row in a lane
+    constexpr float kReferenceSlack = 8.f;
     const int key0 = c * kChunk;
     if (key0 + kChunk > unmasked_keys) {
       // Score 4 j + e is key key0 + 2 quad_col + 8 j + (e & 1) of row e >> 1.
@@ -322,28 +338,40 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
         for (int e = 0; e < 4; ++e)
           if (8 * j + (e & 1) >= bound[e >> 1]) scores[4 * j + e] = -INFINITY;
     }
+    float lane_max[2];
+    bool fits = true;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float chunk_max = -INFINITY;
+      float row[kRowValues];
 #pragma unroll
-      for (int j = 0; j < kChunk / 8; ++j)
-        chunk_max = fmaxf(chunk_max, fmaxf(scores[4 * j + 2 * r], scores[4 * j + 2 * r + 1]));
-      chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 1));
-      chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 2));
-      const float new_max = fmaxf(state[r].max, chunk_max * p.scale_log2);
-      const float reference = SoftmaxState::finite_max(new_max);
-      rescale[r] = exp2_approx(state[r].max - reference);
-      state[r].max = new_max;
-      float chunk_sum = 0.f;
+      for (int i = 0; i < kRowValues; ++i) row[i] = scores[4 * (i >> 1) + 2 * r + (i & 1)];
+      lane_max[r] = tree_max<kRowValues>(row) * p.scale_log2;
+      fits = fits && lane_max[r] <= state[r].max + kReferenceSlack;
+    }
+    const bool moved = !__all_sync(0xffffffffu, fits);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (moved) {
+        float chunk_max = lane_max[r];
+        chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 1));
+        chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 2));
+        const float new_max = fmaxf(state[r].max, chunk_max);
+        rescale[r] = exp2_approx(state[r].max - SoftmaxState::finite_max(new_max));
+        state[r].max = new_max;
+        state[r].sum *= rescale[r];
+      }
+      const float reference = SoftmaxState::finite_max(state[r].max);
+      float partial[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int j = 0; j < kChunk / 8; ++j)
 #pragma unroll
         for (int e = 2 * r; e < 2 * r + 2; ++e) {
           scores[4 * j + e] = exp2_approx(fmaf(scores[4 * j + e], p.scale_log2, -reference));
-          chunk_sum += scores[4 * j + e];
+          partial[(2 * j + e) & 3] += scores[4 * j + e];
         }
-      state[r].sum = state[r].sum * rescale[r] + chunk_sum;
+      state[r].sum += (partial[0] + partial[1]) + (partial[2] + partial[3]);
     }
+    return moved;
   };
   auto rescale_out = [&](const float (&rescale)[2]) {
 #pragma unroll
@@ -429,8 +457,7 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
       hopper::wgmma_wait<0>();
       hopper::fence_registers(scores);
       hopper::barrier_arrive(empty_keys(c % kStages));
-      softmax(c, scores, rescale);
-      rescale_out(rescale);
+      if (softmax(c, scores, rescale)) rescale_out(rescale);
       pack(scores, pa);
       prepare_values(c);
       issue_values(c, pa);
@@ -464,12 +491,12 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
       hopper::wgmma_wait<1>();
       hopper::fence_registers(scores);
       hopper::barrier_arrive(empty_keys(c % kStages));
-      softmax(c, scores, rescale);
+      const bool moved = softmax(c, scores, rescale);
       hopper::wgmma_wait<0>();
       hopper::fence_registers(out);
       fence_fragments(pa);
       hopper::barrier_arrive(empty_values((c - 1) % kStages));
-      rescale_out(rescale);
+      if (moved) rescale_out(rescale);
       pack(scores, pa);
     }
     prepare_values(n_chunks - 1);
@@ -509,7 +536,7 @@ __global__ void __launch_bounds__(hopper::kThreads, 1)
 
 // Anchor tile selection on the Hopper core (head_dim 64, 128, 256). Persistent blocks
 // of two warpgroups take (sequence, KV head, tile) items from an atomic
-// counter, largest prefix first; each accumulates its tile's pooled scores
+// counter, head by head, largest prefix first; each accumulates its tile's pooled scores
 // over the keys [0, s) into a private slot of s floats and radix-selects
 // budget(s) of them. They compute S^T = K Q^T: warpgroup w's 64
 // accumulator rows are keys [64 w, 64 w + 64) of a 128-key chunk and its
@@ -569,9 +596,12 @@ __global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_
       if (group == 0) hopper::named_barrier(4, 256);
       return;
     }
-    const int tile_index = max_tiles - 1 - item / (p.batch * p.n_kv_heads);
-    const int b = (item % (p.batch * p.n_kv_heads)) / p.n_kv_heads;
-    const int kv_head = item % p.n_kv_heads;
+    // Items go head by head, largest tile first: the blocks working together
+    // stream one head's keys, which fit the L2 (run 58).
+    const int sequence_head = item / max_tiles;
+    const int tile_index = max_tiles - 1 - item % max_tiles;
+    const int b = sequence_head / p.n_kv_heads;
+    const int kv_head = sequence_head % p.n_kv_heads;
     const int seq_len = p.seq_lens[b];
     const int s = tile_index * p.tile;
     if (s >= seq_len || s == 0) continue;
@@ -694,8 +724,7 @@ KernelInfo configure(const void* kernel, int shared_bytes, int threads, const ch
 // The grid that block_work decodes.
 dim3 prefill_grid(const PrefillParams& p) {
   const int query_blocks = (p.max_seq_len + p.block_queries - 1) / p.block_queries;
-  return p.kv_head_major ? dim3(p.row_blocks * query_blocks, p.n_kv_heads, p.batch)
-                         : dim3(p.n_kv_heads * p.row_blocks, query_blocks, p.batch);
+  return dim3(p.row_blocks * query_blocks, p.n_kv_heads, p.batch);
 }
 
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
@@ -737,7 +766,8 @@ template <typename T, int kDim, PrefillKeys kKeys, PrefillMode kMode, bool kOver
 const KernelInfo& wgmma_kernel_info() {
   static const KernelInfo info =
       configure(reinterpret_cast<const void*>(&wgmma_prefill_kernel<T, kDim, kKeys, kMode, kOverlap>),
-                hopper::Config<kDim, kMode == PrefillMode::Attend>::kSharedBytes, hopper::kThreads,
+                hopper::Config<kDim, kMode == PrefillMode::Attend>::kSharedBytes,
+                hopper::Config<kDim, kMode == PrefillMode::Attend>::kThreads,
                 "configure wgmma_prefill_kernel");
   return info;
 }
@@ -845,3 +875,4 @@ void launch_tile_select(const TileSelectParams& params, DType dtype, int head_di
 }
 
 }  // namespace kascade::cuda::detail
+

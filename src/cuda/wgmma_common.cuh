@@ -31,7 +31,7 @@
 namespace kascade::cuda::detail::hopper {
 
 constexpr int kRows = kPrefillBlockRows;  // two consumer warpgroups x 64
-constexpr int kThreads = 384;        // producer warpgroup + 2 consumer warpgroups
+constexpr int kConsumerThreads = 256;  // 2 consumer warpgroups (+ a producer warpgroup or warp: Config)
 constexpr int kQueryHalfBytes = kRows * 128;
 
 // Tiles of head_dim kDim in chunks of kChunk keys: kDim / 64 swizzled
@@ -59,8 +59,20 @@ using SelectTiles = Tiles<kDim, kSelectChunkKeys>;
 template <int kDim, bool kReadValues>
 struct Config {
   using Tile = AttentionTiles<kDim>;
-  // Stages fit beside the query tile in 227 KB (head_dim 256 with values: two).
-  static constexpr int kStages = kReadValues ? (kDim == 256 ? 2 : 3) : 4;
+  // The LSE pass (no values) runs two blocks per multiprocessor up to
+  // head_dim 128: its consumer warps spend most of a chunk in the softmax,
+  // and with one block the exponential unit idled while both warpgroups
+  // waited on their products (run 56). Such a block has one producer warp,
+  // after the consumer warpgroups (wgmma needs warpgroup-aligned warps), and
+  // no register moves: 288 threads x 112 registers, twice, fit the register
+  // file. Otherwise a producer warpgroup comes first and hands registers to
+  // the consumers (setmaxnreg).
+  static constexpr int kBlocksPerSM = !kReadValues && kDim <= 128 ? 2 : 1;
+  static constexpr bool kProducerWarpLast = kBlocksPerSM == 2;
+  static constexpr int kThreads = kProducerWarpLast ? 288 : 384;
+  // Stages fit beside the query tile in 227 KB per multiprocessor (head_dim
+  // 256 with values: two; the two-block LSE pass at head_dim 128: two).
+  static constexpr int kStages = kReadValues ? (kDim == 256 ? 2 : 3) : (kBlocksPerSM == 2 && kDim == 128 ? 2 : 4);
   static constexpr int kStageBytes = Tile::kTileBytes * (kReadValues ? 2 : 1);
   static constexpr int kBarrierOffset = Tile::kQueryBytes + kStages * kStageBytes;
   // + barriers, + 1 KB to align the tiles to the 1024-byte swizzle atom.
