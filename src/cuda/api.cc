@@ -366,10 +366,10 @@ void anchor_prefill(const AttentionArgs& args, const Budget& budget, bool dense_
   if (selection.per_head < layout.per_head())
     fail("anchor_prefill: selection.per_head {} is below the layout's {}", selection.per_head, layout.per_head());
 
-  const int n_blocks = detail::multiprocessor_count() * detail::tile_select_blocks_per_sm(args.dtype, args.head_dim);
+  const int n_slots = detail::tile_select_slots(args.dtype, args.head_dim);
   auto carve = [&](Carver& carver, float*& lse, float*& slots, int*& counter) {
     lse = carver.take<float>(int64_t(args.batch) * args.n_heads * args.max_seq_len);
-    slots = carver.take<float>(int64_t(n_blocks) * args.max_seq_len);
+    slots = carver.take<float>(int64_t(n_slots) * args.max_seq_len);
     counter = carver.take<int>(1);
   };
   float *lse, *slots;
@@ -402,7 +402,7 @@ void anchor_prefill(const AttentionArgs& args, const Budget& budget, bool dense_
   select.slots = slots;
   select.work_counter = counter;
   select.scale_log2 = scale_log2(args.head_dim);
-  detail::launch_tile_select(select, args.dtype, args.head_dim, n_blocks, stream);
+  detail::launch_tile_select(select, args.dtype, args.head_dim, stream);
 
   if (!dense_output) reuse_prefill(args, selection, nullptr, workspace, stream);
 }

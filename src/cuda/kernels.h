@@ -171,9 +171,9 @@ struct TileSelectParams {
   int* work_counter = nullptr;
   float scale_log2 = 0.f;
 };
-int tile_select_blocks_per_sm(DType dtype, int head_dim);
-void launch_tile_select(const TileSelectParams& params, DType dtype, int head_dim, int n_blocks,
-                        cudaStream_t stream);
+// How many slots (of max_seq_len floats each) the tile selection uses.
+int tile_select_slots(DType dtype, int head_dim);
+void launch_tile_select(const TileSelectParams& params, DType dtype, int head_dim, cudaStream_t stream);
 
 int multiprocessor_count();
 

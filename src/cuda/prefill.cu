@@ -534,86 +534,115 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
   }
 }
 
-// Anchor tile selection on the Hopper core (head_dim 64, 128, 256). Persistent blocks
-// of two warpgroups take (sequence, KV head, tile) items from an atomic
-// counter, head by head, largest prefix first; each accumulates its tile's pooled scores
-// over the keys [0, s) into a private slot of s floats and radix-selects
-// budget(s) of them. They compute S^T = K Q^T: warpgroup w's 64
-// accumulator rows are keys [64 w, 64 w + 64) of a 128-key chunk and its
-// 128 columns are the tile's query rows, so a key's pooled score
-// sum_rows 2^(s - lse_row) is a sum along one accumulator row (32 values in
-// a thread, then two shuffles) and no cross-warp reduction is needed. Key
-// chunks arrive by TMA (thread 0 issues one chunk ahead), two stages; the
-// two warpgroups take turns on the tensor cores (ping-pong).
+// Anchor tile selection on the Hopper core (head_dim 64, 128, 256).
+// Persistent blocks take items from an atomic counter, head by head, largest
+// tiles first (run 58); an item is SelectConfig::kUnits neighbouring tiles of
+// one KV head, streamed against one sequence of key chunks (run 64). For each
+// of its tiles the block accumulates the pooled scores over the keys [0, s)
+// into a slot of s floats and radix-selects budget(s) of them. It computes
+// S^T = K Q^T: warpgroup w takes keys [64 (w % 2), 64 (w % 2) + 64) of a
+// 128-key chunk against the 128 query rows of tile w / 2, so a key's pooled
+// score sum_rows 2^(s - lse_row) is a sum along one accumulator row (32
+// values in a thread, then two shuffles) and no cross-warp reduction is
+// needed. Thread 0 issues the key chunks by TMA, kStages - 1 ahead. Tiles
+// whose rows span several 128-row blocks take one pass over the keys per row
+// block, adding into their slots.
 template <typename T, int kDim>
-__global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_constant__ hopper::SelectParams params) {
+__global__ void __launch_bounds__(hopper::SelectConfig<kDim>::kThreads, 1)
+    wgmma_tile_select_kernel(const __grid_constant__ hopper::SelectParams params) {
   using Tiles = hopper::SelectTiles<kDim>;
-  constexpr int kStages = hopper::kSelectStages;
+  using Config = hopper::SelectConfig<kDim>;
+  constexpr int kUnits = Config::kUnits, kStages = Config::kStages, kThreads = Config::kThreads;
   constexpr int kChunk = Tiles::kChunk;
   const TileSelectParams& p = params.p;
   extern __shared__ __align__(128) unsigned char shared[];
   __shared__ int work_item;
   const uint32_t raw = shared_address(shared);
   const uint32_t base = (raw + 1023u) & ~1023u;
-  const uint32_t query_tile = base;
-  static_assert(kStages * Tiles::kTileBytes >= sizeof(RadixSelectShared<256>), "the radix select lives in the stages");
-  const uint32_t stages = base + Tiles::kQueryBytes;
+  const uint32_t stages = base + kUnits * Tiles::kQueryBytes;
   const uint32_t barriers = stages + kStages * Tiles::kTileBytes;
   auto full = [&](int s) { return barriers + 8 * s; };
   auto empty = [&](int s) { return barriers + 8 * (kStages + s); };
-  // The radix select runs after a work item's chunks are consumed: its
-  // shared state lives in the (then idle) key stages.
-  auto& select_shared = *reinterpret_cast<RadixSelectShared<256>*>(shared + (base - raw) + Tiles::kQueryBytes);
+  // The radix select runs after an item's chunks are consumed: its shared
+  // state lives in the (then idle) key stages.
+  static_assert(kStages * Tiles::kTileBytes >= sizeof(RadixSelectShared<kThreads>), "the radix select lives in the stages");
+  auto& select_shared = *reinterpret_cast<RadixSelectShared<kThreads>*>(shared + (stages - raw));
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       hopper::barrier_init(full(s), 1);
-      hopper::barrier_init(empty(s), 256);
+      hopper::barrier_init(empty(s), kThreads);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
-  // The warpgroup, broadcast so that it counts as warp-uniform (see wgmma_prefill_kernel).
-  const int group = __shfl_sync(0xffffffffu, threadIdx.x >> 7, 0), t = threadIdx.x & 127;
+  // The warpgroup, broadcast so that it counts as warp-uniform (see
+  // wgmma_prefill_kernel); its tile of the item (unit) and its half of a chunk.
+  const int group = __shfl_sync(0xffffffffu, threadIdx.x >> 7, 0);
+  const int unit = group >> 1, half = group & 1;
+  const int t = threadIdx.x & 127, unit_thread = threadIdx.x & 255;
   const int warp = t >> 5, lane = t & 31;
   const int quad_row = lane >> 2, quad_col = lane & 3;
+  const uint32_t query_tile = base + unit * Tiles::kQueryBytes;
   const uint64_t query_descriptor = hopper::descriptor_k_major(query_tile);
   const int max_tiles = (p.max_seq_len + p.tile - 1) / p.tile;
-  const int items = max_tiles * p.batch * p.n_kv_heads;
-  float* slot = p.slots + int64_t(blockIdx.x) * p.max_seq_len;
+  const int items_per_head = (max_tiles + kUnits - 1) / kUnits;
+  const int items = items_per_head * p.batch * p.n_kv_heads;
+  auto slot_of = [&](int u) { return p.slots + (int64_t(blockIdx.x) * kUnits + u) * p.max_seq_len; };
+  float* slot = slot_of(unit);
   uint32_t issued = 0, consumed = 0;  // chunks through the pipeline so far (issued: thread 0's count)
-  // The warpgroups take turns issuing their products (named barriers 4, 5);
-  // warpgroup 0 goes first and, at the end, takes warpgroup 1's last hand-over.
-  if (group == 1) hopper::named_barrier_arrive(4, 256);
 
   while (true) {
     if (threadIdx.x == 0) work_item = atomicAdd(p.work_counter, 1);
     __syncthreads();
     const int item = work_item;
     __syncthreads();
-    if (item >= items) {
-      if (group == 0) hopper::named_barrier(4, 256);
-      return;
-    }
-    // Items go head by head, largest tile first: the blocks working together
-    // stream one head's keys, which fit the L2 (run 58).
-    const int sequence_head = item / max_tiles;
-    const int tile_index = max_tiles - 1 - item % max_tiles;
-    const int b = sequence_head / p.n_kv_heads;
-    const int kv_head = sequence_head % p.n_kv_heads;
+    if (item >= items) return;
+    const int sequence_head = item / items_per_head;
+    const int b = sequence_head / p.n_kv_heads, kv_head = sequence_head % p.n_kv_heads;
     const int seq_len = p.seq_lens[b];
-    const int s = tile_index * p.tile;
-    if (s >= seq_len || s == 0) continue;
-    const int k = static_cast<int>(p.tile_offsets[tile_index + 1] - p.tile_offsets[tile_index]);
-    int* out = p.indices + (int64_t(b) * p.n_kv_heads + kv_head) * p.per_head + p.tile_offsets[tile_index];
-    if (k >= s) {  // dense tile: every earlier key
-      for (int i = threadIdx.x; i < s; i += 256) out[i] = i;
-      continue;
+    int* const head_indices = p.indices + (int64_t(b) * p.n_kv_heads + kv_head) * p.per_head;
+
+    // Tile u of the item: the keys before it (s), its budget (k), whether it
+    // takes the keys pass (k < s; a tile with k >= s keeps every key). Worked
+    // out again after the pass rather than kept in registers through it.
+    struct UnitPlan {
+      int tile, keys, budget;
+      bool has_keys, selects;
+    };
+    auto plan = [&](int u) {
+      UnitPlan made;
+      made.tile = max_tiles - 1 - kUnits * (item % items_per_head) - u;
+      made.keys = made.tile * p.tile;
+      made.has_keys = made.tile > 0 && made.keys < seq_len;
+      made.budget =
+          made.has_keys ? static_cast<int>(p.tile_offsets[made.tile + 1] - p.tile_offsets[made.tile]) : 0;
+      made.selects = made.has_keys && made.budget < made.keys;
+      return made;
+    };
+    int stream_keys = 0, passes = 0;
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      const UnitPlan tile = plan(u);
+      if (tile.has_keys && !tile.selects) {
+        int* out = head_indices + p.tile_offsets[tile.tile];
+        for (int i = threadIdx.x; i < tile.keys; i += kThreads) out[i] = i;
+      }
+      if (tile.selects) {
+        const int rows = min(p.tile, seq_len - tile.keys) * p.group;
+        stream_keys = max(stream_keys, tile.keys);
+        passes = max(passes, (rows + kBlockRows - 1) / kBlockRows);
+      }
     }
+    if (stream_keys == 0) continue;
+    // This warpgroup's tile.
+    const UnitPlan mine = plan(unit);
+    const bool my_selects = mine.selects;
+    const int s = mine.keys;
     const int block_queries = min(p.tile, seq_len - s);
-    const int n_chunks = (s + kChunk - 1) / kChunk;
-    const int row_blocks = (block_queries * p.group + kBlockRows - 1) / kBlockRows;
+    const int my_passes = (block_queries * p.group + kBlockRows - 1) / kBlockRows;
+    const int n_chunks = (stream_keys + kChunk - 1) / kChunk;
     const int key_row0 = (b * p.n_kv_heads + kv_head) * params.capacity;
     auto issue = [&](int c) {
       const int stage = issued % kStages;
@@ -627,37 +656,42 @@ __global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_
                             full(stage));
     };
 
-    for (int row_block = 0; row_block < row_blocks; ++row_block) {
-      const int row_base = row_block * kBlockRows;
-      __syncthreads();  // every wgmma of the previous row block has read the query tile
-      copy_query_row<T, kDim>(p, b, s, block_queries, kv_head, seq_len, row_base, threadIdx.x >> 1, threadIdx.x & 1,
-                        query_tile);
+    for (int pass = 0; pass < passes; ++pass) {
+      const int row_base = pass * kBlockRows;
+      const bool active = my_selects && pass < my_passes;  // this warpgroup's tile has rows in this pass
+      __syncthreads();  // every wgmma of the previous pass has read the query tiles
+      if (active)
+        copy_query_row<T, kDim>(p, b, s, block_queries, kv_head, seq_len, row_base, unit_thread >> 1, unit_thread & 1,
+                                query_tile);
       cp_async_commit();
-      if (threadIdx.x == 0) issue(0);
-      // LSE (log2 units) of the 32 query rows (accumulator columns) this thread holds;
-      // padding rows get +inf, so their probabilities are 0.
+      if (threadIdx.x == 0)
+        for (int c = 0; c < min(kStages - 1, n_chunks); ++c) issue(c);
+      // LSE (log2 units) of the 32 query rows (accumulator columns) this
+      // thread holds; padding rows get +inf, so their probabilities are 0.
       float column_lse[32];
 #pragma unroll
       for (int j = 0; j < 16; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const RowInfo info = row_info(row_base + 8 * j + 2 * quad_col + e, s, block_queries, p.group, kv_head, seq_len);
-          column_lse[2 * j + e] =
-              info.query >= 0 ? p.lse[(int64_t(b) * p.n_heads + info.head) * p.max_seq_len + info.query] * kLog2e
-                              : INFINITY;
+          column_lse[2 * j + e] = active && info.query >= 0
+                                      ? p.lse[(int64_t(b) * p.n_heads + info.head) * p.max_seq_len + info.query] * kLog2e
+                                      : INFINITY;
         }
       cp_async_wait<0>();
       hopper::fence_proxy_async();
       __syncthreads();
 
       for (int c = 0; c < n_chunks; ++c) {
-        if (threadIdx.x == 0 && c + 1 < n_chunks) issue(c + 1);
-        // The earlier row blocks' sums of this thread's two keys, loaded
-        // before the products so that the load's latency hides under them
-        // rather than stalling the store after them (run 26).
-        const int key0 = c * kChunk + 64 * group + 16 * warp + quad_row;  // + 8 r
+        if (threadIdx.x == 0 && c + kStages - 1 < n_chunks) issue(c + kStages - 1);
+        // This warpgroup computes the chunk if its tile has keys there.
+        const bool computes = active && c * kChunk + 64 * half < s;
+        // The earlier passes' sums of this thread's two keys, loaded before
+        // the products so that the load's latency hides under them rather
+        // than stalling the store after them (run 26).
+        const int key0 = c * kChunk + 64 * half + 16 * warp + quad_row;  // + 8 r
         float earlier[2] = {0.f, 0.f};
-        if (row_block > 0 && quad_col == 0) {
+        if (computes && pass > 0 && quad_col == 0) {
 #pragma unroll
           for (int r = 0; r < 2; ++r)
             if (key0 + 8 * r < s) earlier[r] = slot[key0 + 8 * r];
@@ -666,12 +700,15 @@ __global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_
         const uint32_t parity = (consumed / kStages) & 1;
         ++consumed;
         hopper::barrier_wait(full(stage), parity);
+        if (!computes) {
+          hopper::barrier_arrive(empty(stage));
+          continue;
+        }
         // `consumed` is per thread to the compiler: broadcast the stage so
         // that the descriptors stay in uniform registers.
         const uint64_t key_descriptor = hopper::descriptor_k_major(
-            stages + __shfl_sync(0xffffffffu, stage, 0) * Tiles::kTileBytes + 64 * group * 128);
+            stages + __shfl_sync(0xffffffffu, stage, 0) * Tiles::kTileBytes + 64 * half * 128);
         float scores[64];
-        hopper::named_barrier(4 + group, 256);  // ping-pong: this warpgroup's turn on the tensor cores
         hopper::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kDim / 16; ++kk)
@@ -679,7 +716,6 @@ __global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_
               scores, hopper::descriptor_advance(key_descriptor, hopper::k_step_offset(kk, Tiles::kHalfBytes)),
               hopper::descriptor_advance(query_descriptor, hopper::k_step_offset(kk, hopper::kQueryHalfBytes)), kk > 0);
         hopper::wgmma_commit();
-        hopper::named_barrier_arrive(5 - group, 256);  // the other warpgroup's turn
         hopper::wgmma_wait<0>();
         hopper::fence_registers(scores);
         hopper::barrier_arrive(empty(stage));
@@ -693,12 +729,18 @@ __global__ void __launch_bounds__(256, 2) wgmma_tile_select_kernel(const __grid_
               total += exp2_approx(fmaf(scores[4 * j + 2 * r + e], p.scale_log2, -column_lse[2 * j + e]));
           total += __shfl_xor_sync(0xffffffffu, total, 1);
           total += __shfl_xor_sync(0xffffffffu, total, 2);
-          if (quad_col == 0 && key0 + 8 * r < s) slot[key0 + 8 * r] = row_block == 0 ? total : earlier[r] + total;
+          if (quad_col == 0 && key0 + 8 * r < s) slot[key0 + 8 * r] = pass == 0 ? total : earlier[r] + total;
         }
       }
     }
-    __syncthreads();  // the slot is complete; the key stages are idle
-    select_top_k_block<256>(slot, s, k, out, select_shared);
+    __syncthreads();  // the slots are complete; the key stages are idle
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      const UnitPlan tile = plan(u);
+      if (tile.selects)
+        select_top_k_block<kThreads>(slot_of(u), tile.keys, tile.budget, head_indices + p.tile_offsets[tile.tile],
+                                     select_shared);
+    }
     hopper::fence_proxy_async();  // generic writes to the stages before the next TMA writes
     __syncthreads();
   }
@@ -834,8 +876,8 @@ void launch_wgmma_prefill(const PrefillParams& params, DType dtype, int head_dim
 template <typename T, int kDim>
 const KernelInfo& wgmma_tile_select_kernel_info() {
   static const KernelInfo info = configure(reinterpret_cast<const void*>(&wgmma_tile_select_kernel<T, kDim>),
-                                           hopper::select_shared_bytes<kDim>(), 256,
-                                           "configure wgmma_tile_select_kernel");
+                                           hopper::SelectConfig<kDim>::kSharedBytes,
+                                           hopper::SelectConfig<kDim>::kThreads, "configure wgmma_tile_select_kernel");
   return info;
 }
 
@@ -858,10 +900,14 @@ void launch_prefill_attention(const PrefillParams& params, DType dtype, int head
   launch_wgmma_prefill(params, dtype, head_dim, keys, mode, stream);
 }
 
-int tile_select_blocks_per_sm(DType dtype, int head_dim) { return tile_select_kernel_for(dtype, head_dim).blocks_per_sm; }
+int tile_select_slots(DType dtype, int head_dim) {
+  const int units = with_head_dim(head_dim, [](auto dim) { return hopper::SelectConfig<decltype(dim)::value>::kUnits; });
+  return multiprocessor_count() * tile_select_kernel_for(dtype, head_dim).blocks_per_sm * units;
+}
 
-void launch_tile_select(const TileSelectParams& params, DType dtype, int head_dim, int n_blocks, cudaStream_t stream) {
+void launch_tile_select(const TileSelectParams& params, DType dtype, int head_dim, cudaStream_t stream) {
   const KernelInfo& info = tile_select_kernel_for(dtype, head_dim);
+  const int n_blocks = multiprocessor_count() * info.blocks_per_sm;
   check_cuda(cudaMemsetAsync(params.work_counter, 0, sizeof(int), stream), "cudaMemsetAsync(work counter)");
   hopper::SelectParams hp;
   hp.p = params;

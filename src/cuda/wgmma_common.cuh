@@ -89,13 +89,21 @@ struct Params {
   int capacity = 0;
 };
 
-// The anchor's tile selection: query tile + two key stages (the radix
-// select's shared state reuses the stages), two blocks per multiprocessor.
-constexpr int kSelectStages = 2;
+// The anchor's tile selection. An item is kUnits neighbouring tiles of one
+// KV head: two up to head_dim 128, so that each key tile brought into shared
+// memory serves both (half the key loads per tile, run 64); one at 256, whose
+// query tiles are twice the size. Two warpgroups per tile (keys [0, 64) and
+// [64, 128) of a chunk), one block per multiprocessor, the query tiles and
+// kStages key stages in shared memory (the radix select's state reuses the
+// stages once an item's chunks are done).
 template <int kDim>
-constexpr int select_shared_bytes() {
-  return SelectTiles<kDim>::kQueryBytes + kSelectStages * SelectTiles<kDim>::kTileBytes + 2 * kSelectStages * 8 + 1024;
-}
+struct SelectConfig {
+  using Tile = SelectTiles<kDim>;
+  static constexpr int kUnits = kDim == 256 ? 1 : 2;
+  static constexpr int kThreads = 256 * kUnits;
+  static constexpr int kStages = kUnits == 2 ? 4 : 2;
+  static constexpr int kSharedBytes = kUnits * Tile::kQueryBytes + kStages * Tile::kTileBytes + 2 * kStages * 8 + 1024;
+};
 
 struct SelectParams {
   CUtensorMap keys_map;
