@@ -1,7 +1,9 @@
 // The one online-softmax state every kernel shares (dense, anchor, reuse,
 // split-KV merges). Scores are kept in log2 units (q.k * log2(e)/sqrt(d)) so
 // that exp2 is a single instruction; a state is (max, sum of 2^(s - max)),
-// and an output accumulator in the same scale travels beside it.
+// and an output accumulator in the same scale travels beside it. `max` may
+// trail the true maximum (the prefill softmax moves it only when a score
+// passes it by more than 8, run 55): every use holds for any reference.
 #pragma once
 
 #include <cmath>

@@ -2,8 +2,11 @@
 // memory (128-byte swizzle, matrix descriptors), K/V tiles loaded by the
 // tensor-memory accelerator (cp.async.bulk.tensor, causal passes) or gathered
 // row by row with cp.async (a tile's selected keys), mbarrier pipelines, and
-// warp specialisation: one producer warpgroup, two consumer warpgroups of 64
-// rows each, registers moved to the consumers with setmaxnreg.
+// warp specialisation: two consumer warpgroups of 64 rows each and a producer
+// warpgroup that moves its registers to them with setmaxnreg (the attention
+// passes), or a producer warp and two blocks per multiprocessor (the LSE
+// pass: Config). The tile selection has no producer: two warpgroups per tile,
+// two tiles per block (SelectConfig).
 //
 // Covers head_dim 64, 128 and 256 (fp16, bf16): the dense causal pass, the
 // anchor's LSE pass, the selected-keys-plus-own-tile pass and the anchor's
@@ -62,7 +65,7 @@ struct Config {
   // The LSE pass (no values) runs two blocks per multiprocessor up to
   // head_dim 128: its consumer warps spend most of a chunk in the softmax,
   // and with one block the exponential unit idled while both warpgroups
-  // waited on their products (run 56). Such a block has one producer warp,
+  // waited on their products (timeline, run 54; two blocks: run 56). Such a block has one producer warp,
   // after the consumer warpgroups (wgmma needs warpgroup-aligned warps), and
   // no register moves: 288 threads x 112 registers, twice, fit the register
   // file. Otherwise a producer warpgroup comes first and hands registers to
