@@ -25,7 +25,7 @@
 namespace kascade::cuda::detail {
 namespace {
 
-constexpr int kBlockRows = 128;
+constexpr int kBlockRows = kPrefillBlockRows;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -581,7 +581,7 @@ __global__ void __launch_bounds__(hopper::SelectConfig<kDim>::kThreads, 1)
   // wgmma_prefill_kernel); its tile of the item (unit) and its half of a chunk.
   const int group = __shfl_sync(0xffffffffu, threadIdx.x >> 7, 0);
   const int unit = group >> 1, half = group & 1;
-  const int t = threadIdx.x & 127, unit_thread = threadIdx.x & 255;
+  const int t = threadIdx.x & 127, unit_thread = threadIdx.x % hopper::kConsumerThreads;
   const int warp = t >> 5, lane = t & 31;
   const int quad_row = lane >> 2, quad_col = lane & 3;
   const uint32_t query_tile = base + unit * Tiles::kQueryBytes;

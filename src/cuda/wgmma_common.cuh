@@ -103,7 +103,7 @@ template <int kDim>
 struct SelectConfig {
   using Tile = SelectTiles<kDim>;
   static constexpr int kUnits = kDim == 256 ? 1 : 2;
-  static constexpr int kThreads = 256 * kUnits;
+  static constexpr int kThreads = kConsumerThreads * kUnits;
   static constexpr int kStages = kUnits == 2 ? 4 : 2;
   static constexpr int kSharedBytes = kUnits * Tile::kQueryBytes + kStages * Tile::kTileBytes + 2 * kStages * 8 + 1024;
 };
