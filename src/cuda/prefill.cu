@@ -738,8 +738,8 @@ __global__ void __launch_bounds__(hopper::SelectConfig<kDim>::kThreads, 1)
     for (int u = 0; u < kUnits; ++u) {
       const UnitPlan tile = plan(u);
       if (tile.selects)
-        select_top_k_block<kThreads>(slot_of(u), tile.keys, tile.budget, head_indices + p.tile_offsets[tile.tile],
-                                     select_shared);
+        select_top_k_block<kThreads, 16>(slot_of(u), tile.keys, tile.budget,
+                                         head_indices + p.tile_offsets[tile.tile], select_shared);
     }
     hopper::fence_proxy_async();  // generic writes to the stages before the next TMA writes
     __syncthreads();

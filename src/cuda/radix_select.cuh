@@ -10,7 +10,12 @@
 // whole, and once that bin holds few keys they are compacted into shared
 // memory so later digits never re-read the row. A final pass in index order
 // takes every key above the threshold and the first `remaining` equal ones.
+//
+// Every pass over the row is bound by the latency of its loads (the row sits
+// in L2): each thread keeps 16 values in flight, as four 16-byte loads.
 #pragma once
+
+#include <cooperative_groups.h>
 
 #include "cuda/device_common.cuh"
 
@@ -113,15 +118,70 @@ __device__ __forceinline__ void find_threshold_bin(const unsigned int* histogram
   __syncthreads();
 }
 
+
+// Calls visit(value) once for every value of values[0, n), in no particular
+// order: a few leading values up to a 16-byte boundary, then float4s, four
+// per thread in flight, then the last few.
+template <int kThreads, typename Visit>
+__device__ __forceinline__ void for_each_value(const float* values, int n, Visit&& visit) {
+  constexpr int kInFlight = 4;
+  const int tid = threadIdx.x;
+  const int head = min(n, static_cast<int>(((16u - (reinterpret_cast<uintptr_t>(values) & 15u)) & 15u) / 4u));
+  if (tid < head) visit(values[tid]);
+  const float4* vectors = reinterpret_cast<const float4*>(values + head);
+  const int n_vectors = (n - head) / 4;
+  for (int base = 0; base < n_vectors; base += kInFlight * kThreads) {
+    float4 loaded[kInFlight];
+#pragma unroll
+    for (int e = 0; e < kInFlight; ++e) {
+      const int v = base + e * kThreads + tid;
+      if (v < n_vectors) loaded[e] = vectors[v];
+    }
+#pragma unroll
+    for (int e = 0; e < kInFlight; ++e) {
+      if (base + e * kThreads + tid < n_vectors) {
+        visit(loaded[e].x);
+        visit(loaded[e].y);
+        visit(loaded[e].z);
+        visit(loaded[e].w);
+      }
+    }
+  }
+  const int tail = head + 4 * n_vectors + tid;
+  if (tail < n) visit(values[tail]);
+}
+
+// Loads values[first, first + kRun) into run (kRun a multiple of 4; 0 past
+// n): as float4s when the row is 16-byte aligned and the run is whole.
+template <int kRun>
+__device__ __forceinline__ void load_run(const float* values, int n, int first, bool aligned, float (&run)[kRun]) {
+  static_assert(kRun % 4 == 0, "a run is whole float4s");
+  if (aligned && first + kRun <= n) {
+    const float4* vectors = reinterpret_cast<const float4*>(values + first);
+#pragma unroll
+    for (int v = 0; v < kRun / 4; ++v) {
+      const float4 loaded = vectors[v];
+      run[4 * v] = loaded.x;
+      run[4 * v + 1] = loaded.y;
+      run[4 * v + 2] = loaded.z;
+      run[4 * v + 3] = loaded.w;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kRun; ++e) run[e] = first + e < n ? values[first + e] : 0.f;
+  }
+}
+
 }  // namespace detail
 
 // Selects the k largest of values[0, n) into out[0, k) in ascending index
 // order. All threads of the block must call it; it ends with a barrier.
-template <int kThreads>
-__device__ void select_top_k_block(const float* values, int n, int k, int* out, RadixSelectShared<kThreads>& shared) {
+// kRun: values a thread holds per round of the final pass (registers
+// permitting, more rounds' loads in flight).
+template <int kThreads, int kRun = 8>
+__device__ __noinline__ void select_top_k_block(const float* values, int n, int k, int* out, RadixSelectShared<kThreads>& shared) {
   using Shared = RadixSelectShared<kThreads>;
   const int tid = threadIdx.x;
-  const int lane = tid & 31;
   if (k >= n) {  // the whole row
     for (int i = tid; i < n; i += kThreads) out[i] = i;
     __syncthreads();
@@ -136,22 +196,11 @@ __device__ void select_top_k_block(const float* values, int n, int k, int* out, 
   }
   __syncthreads();
   uint32_t low = 0xffffffffu, high = 0u;
-  for (int base = 0; base < n; base += 4 * kThreads) {
-    float loaded[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = base + e * kThreads + tid;
-      loaded[e] = i < n ? values[i] : 0.f;
-    }
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      if (base + e * kThreads + tid < n) {
-        const uint32_t key = float_order_key(loaded[e]);
-        low = min(low, key);
-        high = max(high, key);
-      }
-    }
-  }
+  detail::for_each_value<kThreads>(values, n, [&](float value) {
+    const uint32_t key = float_order_key(value);
+    low = min(low, key);
+    high = max(high, key);
+  });
   detail::reduce_key_range(low, high, shared);
   const uint32_t min_key = shared.min_key, max_key = shared.max_key;
   // Bits above the highest differing one are common: they start the threshold.
@@ -173,21 +222,10 @@ __device__ void select_top_k_block(const float* values, int n, int k, int* out, 
         if ((key & mask) == prefix) atomicAdd(&shared.histogram[(key >> shift) & digit_mask], 1u);
       }
     } else {
-      // Four independent loads per thread in flight.
-      for (int base = 0; base < n; base += 4 * kThreads) {
-        float loaded[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = base + e * kThreads + tid;
-          loaded[e] = i < n ? values[i] : 0.f;
-        }
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const uint32_t key = float_order_key(loaded[e]);
-          if (base + e * kThreads + tid < n && (key & mask) == prefix)
-            atomicAdd(&shared.histogram[(key >> shift) & digit_mask], 1u);
-        }
-      }
+      detail::for_each_value<kThreads>(values, n, [&](float value) {
+        const uint32_t key = float_order_key(value);
+        if ((key & mask) == prefix) atomicAdd(&shared.histogram[(key >> shift) & digit_mask], 1u);
+      });
     }
     __syncthreads();
     detail::find_threshold_bin<kThreads, Shared::kBins>(shared.histogram, remaining, shared.warp_totals,
@@ -200,40 +238,35 @@ __device__ void select_top_k_block(const float* values, int n, int k, int* out, 
     if (high_bit >= 0 && !compacted && bin_count <= Shared::kCandidates) {
       if (tid == 0) shared.candidate_count = 0;
       __syncthreads();
-      for (int base = 0; base < n; base += 4 * kThreads) {
-        float loaded[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = base + e * kThreads + tid;
-          loaded[e] = i < n ? values[i] : 0.f;
-        }
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const uint32_t key = float_order_key(loaded[e]);
-          const bool match = base + e * kThreads + tid < n && (key & mask) == prefix;
-          const unsigned int ballot = __ballot_sync(0xffffffffu, match);
+      // The matching lanes of a warp take their slots with one atomic.
+      detail::for_each_value<kThreads>(values, n, [&](float value) {
+        const uint32_t key = float_order_key(value);
+        if ((key & mask) == prefix) {
+          const auto matching = cooperative_groups::coalesced_threads();
           unsigned int slot = 0;
-          if (lane == 0 && ballot) slot = atomicAdd(&shared.candidate_count, __popc(ballot));
-          slot = __shfl_sync(0xffffffffu, slot, 0);
-          if (match) shared.candidates[slot + __popc(ballot & ((1u << lane) - 1))] = key;
+          if (matching.thread_rank() == 0) slot = atomicAdd(&shared.candidate_count, matching.size());
+          shared.candidates[matching.shfl(slot, 0) + matching.thread_rank()] = key;
         }
-      }
+      });
       __syncthreads();
       compacted = true;
     }
     __syncthreads();  // the threshold is rewritten by the next digit
   }
 
-  // Final pass in index order: each thread owns 8 consecutive elements per round.
-  constexpr int kPerThread = 8;
+  // Final pass in index order: each thread owns kRun consecutive elements per round.
+  constexpr int kPerThread = kRun;
+  const bool aligned = (reinterpret_cast<uintptr_t>(values) & 15u) == 0;
   unsigned int equal_seen = 0, taken = 0;  // block-uniform running totals
   for (int base = 0; base < n; base += kThreads * kPerThread) {
     const int first = base + tid * kPerThread;
+    float run[kPerThread];
+    detail::load_run(values, n, first, aligned, run);
     uint32_t keys[kPerThread];
     unsigned int equal_count = 0;
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) {
-      keys[e] = first + e < n ? (float_order_key(values[first + e]) & mask) : 0u;
+      keys[e] = float_order_key(run[e]) & mask;
       equal_count += (first + e < n && keys[e] == prefix) ? 1u : 0u;
     }
     unsigned int equal_total;

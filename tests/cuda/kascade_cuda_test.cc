@@ -483,13 +483,15 @@ void test_prefill(const Problem& p, const kc::Budget& budget, int tile) {
 
 // Standalone top-k on values with many ties (few distinct levels), negative
 // values and signed zeros, one constant row and one row in a narrow range
-// (all in one first-digit bin); must equal select_top_k exactly.
+// (all in one first-digit bin), rows at every 4-byte alignment; must equal
+// select_top_k exactly.
 void test_top_k() {
   const std::vector<int> lengths = {1, 2, 100, 1000, 4097, 30000, 65536, 50000, 70000, 3000};
   const int rows = int(lengths.size());
   std::vector<int> ks;
   int64_t stride = 0;
   for (int n : lengths) stride = std::max<int64_t>(stride, n);
+  ++stride;  // odd: the rows start at every alignment, for the radix select's vector loads
   std::vector<float> values(size_t(rows) * stride, 0.f);
   std::uniform_real_distribution<float> narrow(1.f, 1.001f);
   for (int r = 0; r < rows; ++r) {
