@@ -313,21 +313,10 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
           hopper::descriptor_advance(key_descriptor, hopper::k_step_offset(k, Tiles::kHalfBytes)), k > 0);
     hopper::wgmma_commit();
   };
-  // Mask, scale and exponentiate against the rows' references, add to the
-  // rows' sums; scores become probabilities. A row's reference is its running
-  // maximum (log2 units) as of the last time the reference moved; it moves
-  // only when a score passes it by more than kReferenceSlack, so
-  // probabilities stay below 2^kReferenceSlack (far inside fp16). In most
-  // chunks nothing moves: the exponentials start after a tree over the lane's
-  // own scores and one vote, not after each row's maximum has gone round its
-  // four lanes, and O is not rescaled (run 55: the dense pass -3..-8 %). Per
-  // score: a max, one FMA, ex2 and an add; the mask is
-  // applied only in chunks that reach past the block's first query (rows past
-  // the sequence are never stored, so they need no mask). Returns whether the
-  // references moved; then rescale[r] is row r's factor for its accumulators.
-  auto softmax = [&](int c, float (&scores)[kChunk / 2], float (&rescale)[2]) -> bool {
-    constexpr int kRowValues = kChunk / 4;  // scores of one row in a lane
-    constexpr float kReferenceSlack = 8.f;
+  // Masks the scores of chunk c that a row may not see: only in chunks that
+  // reach past the block's first query (rows past the sequence are never
+  // stored, so they need no mask). One compare per masked score (run 26).
+  auto mask_scores = [&](int c, float (&scores)[kChunk / 2]) {
     const int key0 = c * kChunk;
     if (key0 + kChunk > unmasked_keys) {
       // Score 4 j + e is key key0 + 2 quad_col + 8 j + (e & 1) of row e >> 1.
@@ -338,28 +327,50 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
         for (int e = 0; e < 4; ++e)
           if (8 * j + (e & 1) >= bound[e >> 1]) scores[4 * j + e] = -INFINITY;
     }
-    float lane_max[2];
-    bool fits = true;
+  };
+  // The lane's maximum score of each of its two rows, in log2 units.
+  auto lane_maxima = [&](const float (&scores)[kChunk / 2], float (&lane_max)[2]) {
+    constexpr int kRowValues = kChunk / 4;  // scores of one row in a lane
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float row[kRowValues];
 #pragma unroll
       for (int i = 0; i < kRowValues; ++i) row[i] = scores[4 * (i >> 1) + 2 * r + (i & 1)];
       lane_max[r] = tree_max<kRowValues>(row) * p.scale_log2;
-      fits = fits && lane_max[r] <= state[r].max + kReferenceSlack;
     }
+  };
+  // Moves row r's reference to its running maximum (the lane maxima reduced
+  // over the row's four lanes); returns the factor for its accumulators.
+  auto move_reference = [&](int r, float lane_max) {
+    float chunk_max = lane_max;
+    chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 1));
+    chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 2));
+    const float new_max = fmaxf(state[r].max, chunk_max);
+    const float rescale = exp2_approx(state[r].max - SoftmaxState::finite_max(new_max));
+    state[r].max = new_max;
+    state[r].sum *= rescale;
+    return rescale;
+  };
+  // Scale and exponentiate against the rows' references, add to the rows'
+  // sums; scores become probabilities. A row's reference is its running
+  // maximum (log2 units) as of the last time the reference moved; it moves
+  // only when a score passes it by more than kReferenceSlack, so
+  // probabilities stay below 2^kReferenceSlack (far inside fp16). In most
+  // chunks nothing moves: the exponentials start after a tree over the lane's
+  // own scores and one vote, not after each row's maximum has gone round its
+  // four lanes, and O is not rescaled (run 55: the dense pass -3..-8 %). Per
+  // score: a max, one FMA, ex2 and an add. Returns whether the references
+  // moved; then rescale[r] is row r's factor for its accumulators.
+  auto softmax = [&](int c, float (&scores)[kChunk / 2], float (&rescale)[2]) -> bool {
+    constexpr float kReferenceSlack = 8.f;
+    mask_scores(c, scores);
+    float lane_max[2];
+    lane_maxima(scores, lane_max);
+    const bool fits = lane_max[0] <= state[0].max + kReferenceSlack && lane_max[1] <= state[1].max + kReferenceSlack;
     const bool moved = !__all_sync(0xffffffffu, fits);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      if (moved) {
-        float chunk_max = lane_max[r];
-        chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 1));
-        chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 2));
-        const float new_max = fmaxf(state[r].max, chunk_max);
-        rescale[r] = exp2_approx(state[r].max - SoftmaxState::finite_max(new_max));
-        state[r].max = new_max;
-        state[r].sum *= rescale[r];
-      }
+      if (moved) rescale[r] = move_reference(r, lane_max[r]);
       const float reference = SoftmaxState::finite_max(state[r].max);
       float partial[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -372,6 +383,42 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
       state[r].sum += (partial[0] + partial[1]) + (partial[2] + partial[3]);
     }
     return moved;
+  };
+  // The LSE pass's softmax: only the sums count, so it needs no bound on
+  // single probabilities and takes no maximum first. Each row's chunk sum is
+  // taken against its reference; while every sum in the warp stays within
+  // 2^kSumLimitLog2 (and every reference is set) they are kept. Otherwise
+  // (the first chunk, and whenever scores climb) the references move to the
+  // running maxima and the chunk is summed again from its scores, which this
+  // pass keeps. Per score: one FMA, ex2 and an add.
+  auto add_sums = [&](int c, float (&scores)[kChunk / 2]) {
+    constexpr float kSumLimit = 65536.f;  // 2^16
+    mask_scores(c, scores);
+    auto chunk_sum = [&](int r) {
+      const float reference = SoftmaxState::finite_max(state[r].max);
+      float partial[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < kChunk / 8; ++j)
+#pragma unroll
+        for (int e = 2 * r; e < 2 * r + 2; ++e)
+          partial[(2 * j + e) & 3] += exp2_approx(fmaf(scores[4 * j + e], p.scale_log2, -reference));
+      return (partial[0] + partial[1]) + (partial[2] + partial[3]);
+    };
+    float sums[2] = {chunk_sum(0), chunk_sum(1)};
+    // An overflowed sum is +inf and fails the compare too.
+    const bool fits = state[0].max != -INFINITY && state[1].max != -INFINITY && sums[0] <= kSumLimit &&
+                      sums[1] <= kSumLimit;
+    if (!__all_sync(0xffffffffu, fits)) {
+      float lane_max[2];
+      lane_maxima(scores, lane_max);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        move_reference(r, lane_max[r]);
+        sums[r] = chunk_sum(r);
+      }
+    }
+    state[0].sum += sums[0];
+    state[1].sum += sums[1];
   };
   auto rescale_out = [&](const float (&rescale)[2]) {
 #pragma unroll
@@ -440,14 +487,14 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
 
   if constexpr (!kReadValues) {
     for (int c = 0; c < n_chunks; ++c) {
-      float scores[kChunk / 2], rescale[2];
+      float scores[kChunk / 2];
       turn_begin();
       issue_scores(c, scores);
       turn_end();
       hopper::wgmma_wait<0>();
       hopper::fence_registers(scores);
       hopper::barrier_arrive(empty_keys(c % kStages));
-      softmax(c, scores, rescale);
+      add_sums(c, scores);
     }
   } else if constexpr (!kOverlap) {
     for (int c = 0; c < n_chunks; ++c) {

@@ -3,7 +3,8 @@
 // that exp2 is a single instruction; a state is (max, sum of 2^(s - max)),
 // and an output accumulator in the same scale travels beside it. `max` may
 // trail the true maximum (the prefill softmax moves it only when a score
-// passes it by more than 8, run 55): every use holds for any reference.
+// passes it by more than 8, run 55; the LSE pass only when a chunk's sum
+// passes 2^16): every use holds for any reference.
 #pragma once
 
 #include <cmath>

@@ -163,11 +163,13 @@ struct Problem {
   bool bf16;
   int n_heads, n_kv_heads, head_dim;
   std::vector<int> lens;
-  float query_scale = 1.f;  // 0: constant score rows, every pooled value tied
+  // 0: constant score rows, every pooled value tied; large: peaked rows whose
+  // maxima climb from chunk to chunk.
+  float query_scale = 1.f;
   std::string name() const {
-    char text[128];
-    std::snprintf(text, sizeof text, "%s H=%d G=%d d=%d%s lens=", bf16 ? "bf16" : "f16", n_heads, n_kv_heads, head_dim,
-                  query_scale == 0.f ? " zero queries" : "");
+    char text[160];
+    std::snprintf(text, sizeof text, "%s H=%d G=%d d=%d queries x%g lens=", bf16 ? "bf16" : "f16", n_heads, n_kv_heads,
+                  head_dim, query_scale);
     std::string s = text;
     for (size_t i = 0; i < lens.size(); ++i) {
       if (i > 0) s += ',';
@@ -357,7 +359,7 @@ void test_prefill(const Problem& p, const kc::Budget& budget, int tile) {
   Cache cache(p);
   const int d = p.head_dim, g = p.group(), max_len = p.max_len();
   // Queries [batch][max_len][H][d]; keys of position q are the cache rows (self-attention).
-  const Tensor16 queries = random_tensor(size_t(p.batch()) * max_len * p.n_heads * d, p.bf16, 1.f);
+  const Tensor16 queries = random_tensor(size_t(p.batch()) * max_len * p.n_heads * d, p.bf16, p.query_scale);
   DeviceBuffer<uint16_t> device_queries(queries.bits.size()), output(queries.bits.size());
   device_queries.upload(queries.bits);
   DeviceBuffer<float> lse(size_t(p.batch()) * p.n_heads * max_len);
@@ -579,6 +581,7 @@ int main() {
     test_prefill({true, 16, 1, 128, {1000}}, small, 32);  // 512-row tiles: four row blocks
     test_prefill({false, 12, 4, 128, {700, 333}}, small, 64);  // g = 3: 192-row tiles, half a row block padding
     test_prefill({true, 6, 2, 128, {517}}, small, 16);         // g = 3, 48-row tiles: mostly padding rows
+    test_prefill({false, 8, 2, 128, {2600, 900}, 48.f}, standard, 32);  // peaked: references move mid-row
   } catch (const std::exception& error) {
     std::printf("FAIL exception: %s\n", error.what());
     return 1;
