@@ -351,48 +351,64 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
     state[r].sum *= rescale;
     return rescale;
   };
-  // Scale and exponentiate against the rows' references, add to the rows'
-  // sums; scores become probabilities. A row's reference is its running
-  // maximum (log2 units) as of the last time the reference moved; it moves
-  // only when a score passes it by more than kReferenceSlack, so
-  // probabilities stay below 2^kReferenceSlack (far inside fp16). In most
-  // chunks nothing moves: the exponentials start after a tree over the lane's
-  // own scores and one vote, not after each row's maximum has gone round its
-  // four lanes, and O is not rescaled (run 55: the dense pass -3..-8 %). Per
-  // score: a max, one FMA, ex2 and an add. Returns whether the references
-  // moved; then rescale[r] is row r's factor for its accumulators.
+  // Scale and exponentiate chunk c's scores against the rows' references and
+  // add them to the rows' sums; scores become probabilities. A row's
+  // reference is its running maximum (log2 units) as of the last time it
+  // moved, and no maximum is taken first: while every row of the warpgroup
+  // has a reference and its chunk sum stays within kSumLimit, the chunk is
+  // done (per score one FMA, ex2 and an add), and every probability, being at
+  // most its row's sum, is inside fp16's range. Otherwise (the first chunk, and
+  // whenever scores climb) the chunk's products are issued again from its key
+  // stage, which the caller releases only after this, the references move to
+  // the running maxima and the chunk is exponentiated again. Returns whether
+  // the references moved; then rescale[r] is row r's factor for its
+  // accumulators. (Run 55 moved references only past a slack of 8 but took
+  // a maximum per chunk; run 69 dropped it in the LSE pass, run 70 here.)
+  constexpr float kSumLimit = 32768.f;  // 2^15
+  auto exponentiate = [&](int r, float (&scores)[kChunk / 2]) {
+    const float reference = SoftmaxState::finite_max(state[r].max);
+    float partial[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < kChunk / 8; ++j)
+#pragma unroll
+      for (int e = 2 * r; e < 2 * r + 2; ++e) {
+        scores[4 * j + e] = exp2_approx(fmaf(scores[4 * j + e], p.scale_log2, -reference));
+        partial[(2 * j + e) & 3] += scores[4 * j + e];
+      }
+    return (partial[0] + partial[1]) + (partial[2] + partial[3]);
+  };
+  // Whether this thread's rows have references and chunk sums within the
+  // limit (an overflowed sum is +inf and fails the compare too).
+  auto sums_fit = [&](const float (&sums)[2]) {
+    return state[0].max != -INFINITY && state[1].max != -INFINITY && sums[0] <= kSumLimit && sums[1] <= kSumLimit;
+  };
   auto softmax = [&](int c, float (&scores)[kChunk / 2], float (&rescale)[2]) -> bool {
-    constexpr float kReferenceSlack = 8.f;
     mask_scores(c, scores);
-    float lane_max[2];
-    lane_maxima(scores, lane_max);
-    const bool fits = lane_max[0] <= state[0].max + kReferenceSlack && lane_max[1] <= state[1].max + kReferenceSlack;
-    const bool moved = !__all_sync(0xffffffffu, fits);
+    float sums[2] = {exponentiate(0, scores), exponentiate(1, scores)};
+    // The whole warpgroup decides: issuing the products again is a
+    // warpgroup instruction. Named barrier 1 + group is the warpgroup's own.
+    const bool moved = hopper::named_barrier_any(1 + group, 128, !sums_fit(sums));
+    if (moved) {
+      issue_scores(c, scores);
+      hopper::wgmma_wait<0>();
+      hopper::fence_registers(scores);
+      mask_scores(c, scores);
+      float lane_max[2];
+      lane_maxima(scores, lane_max);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (moved) rescale[r] = move_reference(r, lane_max[r]);
-      const float reference = SoftmaxState::finite_max(state[r].max);
-      float partial[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-      for (int j = 0; j < kChunk / 8; ++j)
-#pragma unroll
-        for (int e = 2 * r; e < 2 * r + 2; ++e) {
-          scores[4 * j + e] = exp2_approx(fmaf(scores[4 * j + e], p.scale_log2, -reference));
-          partial[(2 * j + e) & 3] += scores[4 * j + e];
-        }
-      state[r].sum += (partial[0] + partial[1]) + (partial[2] + partial[3]);
+      for (int r = 0; r < 2; ++r) {
+        rescale[r] = move_reference(r, lane_max[r]);
+        sums[r] = exponentiate(r, scores);
+      }
     }
+    state[0].sum += sums[0];
+    state[1].sum += sums[1];
     return moved;
   };
-  // The LSE pass's softmax: only the sums count, so it needs no bound on
-  // single probabilities and takes no maximum first. Each row's chunk sum is
-  // taken against its reference; while every sum in the warp stays within
-  // 2^kSumLimitLog2 (and every reference is set) they are kept. Otherwise
-  // (the first chunk, and whenever scores climb) the references move to the
-  // running maxima and the chunk is summed again from its scores, which this
-  // pass keeps. Per score: one FMA, ex2 and an add.
+  // The LSE pass's softmax: only the sums count, and its scores stay as they
+  // are, so a chunk whose sums do not fit is summed again without issuing its
+  // products again (the key stage is released before this).
   auto add_sums = [&](int c, float (&scores)[kChunk / 2]) {
-    constexpr float kSumLimit = 65536.f;  // 2^16
     mask_scores(c, scores);
     auto chunk_sum = [&](int r) {
       const float reference = SoftmaxState::finite_max(state[r].max);
@@ -405,10 +421,7 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
       return (partial[0] + partial[1]) + (partial[2] + partial[3]);
     };
     float sums[2] = {chunk_sum(0), chunk_sum(1)};
-    // An overflowed sum is +inf and fails the compare too.
-    const bool fits = state[0].max != -INFINITY && state[1].max != -INFINITY && sums[0] <= kSumLimit &&
-                      sums[1] <= kSumLimit;
-    if (!__all_sync(0xffffffffu, fits)) {
+    if (!__all_sync(0xffffffffu, sums_fit(sums))) {
       float lane_max[2];
       lane_maxima(scores, lane_max);
 #pragma unroll
@@ -503,8 +516,8 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
       issue_scores(c, scores);
       hopper::wgmma_wait<0>();
       hopper::fence_registers(scores);
-      hopper::barrier_arrive(empty_keys(c % kStages));
       if (softmax(c, scores, rescale)) rescale_out(rescale);
+      hopper::barrier_arrive(empty_keys(c % kStages));  // after the softmax: it may issue the products again
       pack(scores, pa);
       prepare_values(c);
       issue_values(c, pa);
@@ -524,8 +537,8 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
       turn_end();
       hopper::wgmma_wait<0>();
       hopper::fence_registers(scores);
-      hopper::barrier_arrive(empty_keys(0));
       softmax(0, scores, rescale);
+      hopper::barrier_arrive(empty_keys(0));
       pack(scores, pa);
     }
     for (int c = 1; c < n_chunks; ++c) {
@@ -537,8 +550,8 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
       turn_end();
       hopper::wgmma_wait<1>();
       hopper::fence_registers(scores);
-      hopper::barrier_arrive(empty_keys(c % kStages));
       const bool moved = softmax(c, scores, rescale);
+      hopper::barrier_arrive(empty_keys(c % kStages));
       hopper::wgmma_wait<0>();
       hopper::fence_registers(out);
       fence_fragments(pa);

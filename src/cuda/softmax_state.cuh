@@ -2,9 +2,9 @@
 // split-KV merges). Scores are kept in log2 units (q.k * log2(e)/sqrt(d)) so
 // that exp2 is a single instruction; a state is (max, sum of 2^(s - max)),
 // and an output accumulator in the same scale travels beside it. `max` may
-// trail the true maximum (the prefill softmax moves it only when a score
-// passes it by more than 8, run 55; the LSE pass only when a chunk's sum
-// passes 2^16): every use holds for any reference.
+// trail the true maximum (the prefill passes move it only on a row's first
+// chunk and when a chunk's sum passes 2^15, run 70): every use holds for any
+// reference.
 #pragma once
 
 #include <cmath>

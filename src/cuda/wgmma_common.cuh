@@ -274,6 +274,17 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Whether `value` holds in any of the `threads` threads meeting at named
+// barrier `id` (a barrier itself).
+__device__ __forceinline__ bool named_barrier_any(int id, int threads, bool value) {
+  uint32_t any;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(any)
+      : "r"(uint32_t(value)), "r"(id), "r"(threads)
+      : "memory");
+  return any != 0;
+}
 __device__ __forceinline__ void tma_load_2d(uint32_t destination, const CUtensorMap* map, int x, int y, uint32_t bar) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(

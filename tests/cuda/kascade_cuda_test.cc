@@ -545,6 +545,7 @@ void test_budget() {
 }  // namespace
 
 int main() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a hung or killed run still shows how far it got
   const uint64_t seed = std::chrono::high_resolution_clock::now().time_since_epoch().count();
   rng.seed(seed);
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
