@@ -192,8 +192,7 @@ detail::PrefillParams prefill_params(const AttentionArgs& args) {
   p.n_kv_heads = args.n_kv_heads;
   p.group = args.n_heads / args.n_kv_heads;
   p.max_seq_len = args.max_seq_len;
-  p.block_queries = std::max(1, kPrefillBlockRows / p.group);
-  p.row_blocks = 1;
+  p.row_blocks = 1;  // block_queries: set by the launch of a causal pass
   p.scale_log2 = scale_log2(args.head_dim);
   p.output = args.output;
   return p;

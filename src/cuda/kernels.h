@@ -139,7 +139,7 @@ struct PrefillParams {
   int64_t kv_head_stride = 0;
   const int* seq_lens = nullptr;
   int batch = 0, n_heads = 0, n_kv_heads = 0, group = 0, max_seq_len = 0;
-  int block_queries = 0;  // queries per block (a tile when Selected)
+  int block_queries = 0;  // queries per block: a tile when Selected; causal: set by the launch (block rows / group)
   int row_blocks = 0;     // blocks per (query block, KV head): ceil(block_queries*group/128)
   // Selected: tile t's keys are indices[(b*G + head_map[h])*per_head + tile_offsets[t] ...
   // tile_offsets[t+1]) followed by [t*tile, (t+1)*tile).

@@ -8,9 +8,9 @@
 // wgmma_common.cuh) for head_dim 64, 128 and 256. (Until run 42 of
 // docs/cuda_results.md an mma.sync m16n8k16 core served the other head dims.)
 //
-// A block holds 128 rows of one KV head: row r is query q0 + r / g of head
-// r % g, so the g heads of a group share every K/V chunk loaded into shared
-// memory.
+// A block holds 128 rows of one KV head (the LSE pass: 256, two query tiles
+// on one key stream): row r is query q0 + r / g of head r % g, so the g heads
+// of a group share every K/V chunk loaded into shared memory.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -133,8 +133,7 @@ __device__ __forceinline__ void copy_query_row(const Params& p, int b, int q0, i
 }
 
 template <typename T, int kDim, PrefillKeys kKeys, PrefillMode kMode, bool kOverlap>
-__global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Attend>::kThreads,
-                                  hopper::Config<kDim, kMode == PrefillMode::Attend>::kBlocksPerSM)
+__global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Attend>::kThreads, 1)
     wgmma_prefill_kernel(const __grid_constant__ hopper::Params params) {
   constexpr bool kReadValues = kMode == PrefillMode::Attend;
   constexpr bool kGather = kKeys == PrefillKeys::Selected;
@@ -145,8 +144,8 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
   const PrefillParams& p = params.p;
   extern __shared__ __align__(128) unsigned char shared[];
   const uint32_t base = (shared_address(shared) + 1023u) & ~1023u;
-  const uint32_t query_tile = base;
-  const uint32_t stages = base + Tiles::kQueryBytes;
+  const uint32_t query_tiles = base;  // one per unit
+  const uint32_t stages = base + Config::kUnits * Tiles::kQueryBytes;
   const uint32_t barriers = base + Config::kBarrierOffset;
   auto key_stage = [&](int s) { return stages + s * Config::kStageBytes; };
   auto value_stage = [&](int s) { return stages + s * Config::kStageBytes + Tiles::kTileBytes; };
@@ -169,15 +168,15 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
     for (int s = 0; s < kStages; ++s) {
       hopper::barrier_init(full_keys(s), kGather ? 128 : 1);
       hopper::barrier_init(full_values(s), kGather ? 128 : 1);
-      hopper::barrier_init(empty_keys(s), 256);
-      hopper::barrier_init(empty_values(s), 256);
+      hopper::barrier_init(empty_keys(s), Config::kConsumerWarpgroups * 128);
+      hopper::barrier_init(empty_values(s), Config::kConsumerWarpgroups * 128);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
   constexpr bool kProducerWarpLast = Config::kProducerWarpLast;
-  const int producer_thread = kProducerWarpLast ? int(threadIdx.x) - hopper::kConsumerThreads : threadIdx.x;
+  const int producer_thread = kProducerWarpLast ? int(threadIdx.x) - Config::kConsumerWarpgroups * 128 : threadIdx.x;
   if (kProducerWarpLast ? producer_thread >= 0 : producer_thread < 128) {
     // Producer warpgroup (or warp).
     if constexpr (kGather) {
@@ -260,18 +259,22 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
 
   // Consumer warpgroups.
   if constexpr (!kProducerWarpLast) hopper::registers_increase<kGather ? 232 : 240>();
-  const int consumer = kProducerWarpLast ? threadIdx.x : threadIdx.x - 128;  // 0..255
-  // Warpgroup: rows [64 group, 64 group + 64). Broadcast from lane 0 so that
-  // the compiler knows it is warp-uniform and keeps the shared addresses and
-  // descriptors derived from it in uniform registers.
+  const int consumer = kProducerWarpLast ? threadIdx.x : threadIdx.x - 128;
+  // Warpgroup: rows [64 group, 64 group + 64), in unit group / 2's query
+  // tile. Broadcast from lane 0 so that the compiler knows it is warp-uniform
+  // and keeps the shared addresses and descriptors derived from it in
+  // uniform registers.
   const int group = __shfl_sync(0xffffffffu, consumer >> 7, 0);
+  const int unit = Config::kUnits == 1 ? 0 : group >> 1;
+  const int unit_group = group - 2 * unit;  // the warpgroup's half of its unit's rows
+  const uint32_t query_tile = query_tiles + unit * Tiles::kQueryBytes;
   const int t = consumer & 127;
   const int warp = t >> 5, lane = t & 31;
   const int quad_row = lane >> 2, quad_col = lane & 3;
 
   // This warpgroup's 64 query rows.
-  copy_query_row<T, kDim>(p, b, q0, p.block_queries, kv_head, seq_len, row_base, 64 * group + (t >> 1), t & 1,
-                          query_tile);
+  copy_query_row<T, kDim>(p, b, q0, p.block_queries, kv_head, seq_len, row_base + kBlockRows * unit,
+                          64 * unit_group + (t >> 1), t & 1, query_tile);
   cp_async_commit();
   cp_async_wait<0>();
   hopper::fence_proxy_async();
@@ -292,7 +295,7 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
     const int own_keys_before = kKeys == PrefillKeys::Causal ? 0 : keys.n_selected - q0;
     visible_keys[r] = rows[r].query < 0 ? 0 : min(keys.total, own_keys_before + rows[r].query + 1);
   }
-  const uint64_t query_descriptor = hopper::descriptor_k_major(query_tile + 64 * group * 128);
+  const uint64_t query_descriptor = hopper::descriptor_k_major(query_tile + 64 * unit_group * 128);
 
   SoftmaxState state[2];
   float out[Tiles::kOutRegisters];
@@ -484,17 +487,18 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
       hopper::wgmma_rs<T>(out, pa[k], hopper::descriptor_advance(value_descriptor, k * 16 * 128), 1);
     hopper::wgmma_commit();
   };
-  // Ping-pong (kOverlap): the two consumer warpgroups take turns issuing
+  // Ping-pong (kOverlap, blocks of two consumer warpgroups): they take turns issuing
   // their tensor-core work (named barriers 4 and 5 pass the turn), so one
   // warpgroup's softmax runs while the other's products occupy the tensor
   // cores instead of both doing the same thing at the same time.
+  constexpr bool kTurns = kOverlap && Config::kConsumerWarpgroups == 2;
   auto turn_begin = [&] {
-    if constexpr (kOverlap) hopper::named_barrier(4 + group, 256);
+    if constexpr (kTurns) hopper::named_barrier(4 + group, 256);
   };
   auto turn_end = [&] {
-    if constexpr (kOverlap) hopper::named_barrier_arrive(5 - group, 256);
+    if constexpr (kTurns) hopper::named_barrier_arrive(5 - group, 256);
   };
-  if constexpr (kOverlap) {
+  if constexpr (kTurns) {
     if (group == 1) hopper::named_barrier_arrive(4, 256);  // warpgroup 0 goes first
   }
 
@@ -568,7 +572,7 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
     fence_fragments(pa);
     hopper::barrier_arrive(empty_values((n_chunks - 1) % kStages));
   }
-  if constexpr (kOverlap) {
+  if constexpr (kTurns) {
     if (group == 0) hopper::named_barrier(4, 256);  // takes warpgroup 1's last turn hand-over
   }
 
@@ -813,6 +817,7 @@ struct KernelInfo {
   int shared_bytes = 0;
   int blocks_per_sm = 1;
   int threads = 0;
+  int block_rows = kBlockRows;  // (query, head) rows of a causal block
 };
 
 KernelInfo configure(const void* kernel, int shared_bytes, int threads, const char* name) {
@@ -866,11 +871,13 @@ CUtensorMap kv_tensor_map(const void* data, DType dtype, int64_t rows, int head_
 
 template <typename T, int kDim, PrefillKeys kKeys, PrefillMode kMode, bool kOverlap>
 const KernelInfo& wgmma_kernel_info() {
-  static const KernelInfo info =
-      configure(reinterpret_cast<const void*>(&wgmma_prefill_kernel<T, kDim, kKeys, kMode, kOverlap>),
-                hopper::Config<kDim, kMode == PrefillMode::Attend>::kSharedBytes,
-                hopper::Config<kDim, kMode == PrefillMode::Attend>::kThreads,
-                "configure wgmma_prefill_kernel");
+  using Config = hopper::Config<kDim, kMode == PrefillMode::Attend>;
+  static const KernelInfo info = [] {
+    KernelInfo made = configure(reinterpret_cast<const void*>(&wgmma_prefill_kernel<T, kDim, kKeys, kMode, kOverlap>),
+                                Config::kSharedBytes, Config::kThreads, "configure wgmma_prefill_kernel");
+    made.block_rows = Config::kBlockRows;
+    return made;
+  }();
   return info;
 }
 
@@ -921,13 +928,14 @@ void launch_wgmma_prefill(const PrefillParams& params, DType dtype, int head_dim
   hp.p = params;
   hp.capacity = static_cast<int>(params.kv_head_stride / head_dim);
   if (keys == PrefillKeys::Causal) {
+    hp.p.block_queries = std::max(1, info.block_rows / params.group);
     const int64_t rows = int64_t(params.batch) * params.n_kv_heads * hp.capacity;
     if (rows >= (int64_t(1) << 31)) unsupported("KV rows for the tensor map", rows);
     const int chunk_keys = attention_chunk_keys(head_dim);
     hp.keys_map = kv_tensor_map(params.keys, dtype, rows, head_dim, chunk_keys);
     if (mode == PrefillMode::Attend) hp.values_map = kv_tensor_map(params.values, dtype, rows, head_dim, chunk_keys);
   }
-  const dim3 grid = prefill_grid(params);
+  const dim3 grid = prefill_grid(hp.p);
   void* arguments[] = {&hp};
   check_cuda(cudaLaunchKernel(info.kernel, grid, dim3(info.threads), arguments, info.shared_bytes, stream),
              "launch wgmma_prefill_kernel");

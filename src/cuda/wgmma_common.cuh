@@ -4,9 +4,9 @@
 // row by row with cp.async (a tile's selected keys), mbarrier pipelines, and
 // warp specialisation: two consumer warpgroups of 64 rows each and a producer
 // warpgroup that moves its registers to them with setmaxnreg (the attention
-// passes), or a producer warp and two blocks per multiprocessor (the LSE
-// pass: Config). The tile selection has no producer: two warpgroups per tile,
-// two tiles per block (SelectConfig).
+// passes), or four consumer warpgroups on two query tiles and a producer warp
+// (the LSE pass: Config). The tile selection has no producer: two warpgroups
+// per tile, two tiles per block (SelectConfig).
 //
 // Covers head_dim 64, 128 and 256 (fp16, bf16): the dense causal pass, the
 // anchor's LSE pass, the selected-keys-plus-own-tile pass and the anchor's
@@ -62,22 +62,25 @@ using SelectTiles = Tiles<kDim, kSelectChunkKeys>;
 template <int kDim, bool kReadValues>
 struct Config {
   using Tile = AttentionTiles<kDim>;
-  // The LSE pass (no values) runs two blocks per multiprocessor up to
-  // head_dim 128: its consumer warps spend most of a chunk in the softmax,
-  // and with one block the exponential unit idled while both warpgroups
-  // waited on their products (timeline, run 54; two blocks: run 56). Such a block has one producer warp,
-  // after the consumer warpgroups (wgmma needs warpgroup-aligned warps), and
-  // no register moves: 288 threads x 112 registers, twice, fit the register
-  // file. Otherwise a producer warpgroup comes first and hands registers to
-  // the consumers (setmaxnreg).
-  static constexpr int kBlocksPerSM = !kReadValues && kDim <= 128 ? 2 : 1;
-  static constexpr bool kProducerWarpLast = kBlocksPerSM == 2;
-  static constexpr int kThreads = kProducerWarpLast ? 288 : 384;
-  // Stages fit beside the query tile in 227 KB per multiprocessor (head_dim
-  // 256 with values: two; the two-block LSE pass at head_dim 128: two).
-  static constexpr int kStages = kReadValues ? (kDim == 256 ? 2 : 3) : (kBlocksPerSM == 2 && kDim == 128 ? 2 : 4);
+  // The LSE pass (no values) up to head_dim 128 streams each key chunk once
+  // for two 128-row query tiles (units): four consumer warpgroups, half the
+  // key loads of two independent blocks (run 71; the selection does the same
+  // since run 64). Four warpgroups, not two, per multiprocessor keep the
+  // exponential unit busy while some wait on their products (timeline, run
+  // 54; two blocks of two: run 56). Such a block has one producer warp after
+  // the consumer warpgroups (wgmma needs warpgroup-aligned warps) and no
+  // register moves: 544 threads x 120 registers fit the register file.
+  // Otherwise a producer warpgroup comes first and hands registers to the
+  // two consumer warpgroups (setmaxnreg).
+  static constexpr int kUnits = !kReadValues && kDim <= 128 ? 2 : 1;
+  static constexpr bool kProducerWarpLast = kUnits == 2;
+  static constexpr int kConsumerWarpgroups = 2 * kUnits;
+  static constexpr int kBlockRows = kUnits * kRows;
+  static constexpr int kThreads = kProducerWarpLast ? kUnits * kConsumerThreads + 32 : 384;
+  // Stages fit beside the query tiles in 227 KB (head_dim 256 with values: two).
+  static constexpr int kStages = kReadValues ? (kDim == 256 ? 2 : 3) : 4;
   static constexpr int kStageBytes = Tile::kTileBytes * (kReadValues ? 2 : 1);
-  static constexpr int kBarrierOffset = Tile::kQueryBytes + kStages * kStageBytes;
+  static constexpr int kBarrierOffset = kUnits * Tile::kQueryBytes + kStages * kStageBytes;
   // + barriers, + 1 KB to align the tiles to the 1024-byte swizzle atom.
   static constexpr int kSharedBytes = kBarrierOffset + 4 * kStages * 8 + 1024;
 };
