@@ -12,10 +12,11 @@
 // anchor's LSE pass, the selected-keys-plus-own-tile pass and the anchor's
 // pooled tile selection.
 //
-// Block rows are as in prefill.cu: 128 (query, head) rows of one KV head,
-// row r = query q0 + r / g, head r % g. Consumer warpgroup w owns rows
-// [64 w, 64 w + 64); keys stream in chunks of 128 (64 for the attention
-// passes of head_dim 256, whose O accumulator takes 128 registers a thread).
+// Block rows are as in prefill.cu: 128 (query, head) rows of one KV head
+// (256, two 128-row query tiles, in the LSE pass), row r = query q0 + r / g,
+// head r % g. Consumer warpgroup w owns rows [64 w, 64 w + 64); keys stream
+// in chunks of 128 (64 for the attention passes of head_dim 256, whose O
+// accumulator takes 128 registers a thread).
 //
 // Shared tiles hold rows of head_dim elements as 64-element halves (each
 // [rows][128 B], 16-byte chunk c of row r at chunk c ^ (r % 8)): the layout
