@@ -12,7 +12,8 @@
 // takes every key above the threshold and the first `remaining` equal ones.
 //
 // Every pass over the row is bound by the latency of its loads (the row sits
-// in L2): each thread keeps 16 values in flight, as four 16-byte loads.
+// in L2): each thread keeps 16 values in flight, as four 16-byte loads (the
+// final pass: kRun values).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -118,7 +119,6 @@ __device__ __forceinline__ void find_threshold_bin(const unsigned int* histogram
   __syncthreads();
 }
 
-
 // Calls visit(value) once for every value of values[0, n), in no particular
 // order: a few leading values up to a 16-byte boundary, then float4s, four
 // per thread in flight, then the last few.
@@ -176,10 +176,13 @@ __device__ __forceinline__ void load_run(const float* values, int n, int first, 
 
 // Selects the k largest of values[0, n) into out[0, k) in ascending index
 // order. All threads of the block must call it; it ends with a barrier.
-// kRun: values a thread holds per round of the final pass (registers
-// permitting, more rounds' loads in flight).
+// kRun: consecutive values a thread takes per round of the final pass (more
+// loads in flight for more registers). Out of line: inlined into the tile
+// selection, its registers pushed that kernel's streaming loop into spills
+// (run 68).
 template <int kThreads, int kRun = 8>
-__device__ __noinline__ void select_top_k_block(const float* values, int n, int k, int* out, RadixSelectShared<kThreads>& shared) {
+__device__ __noinline__ void select_top_k_block(const float* values, int n, int k, int* out,
+                                                RadixSelectShared<kThreads>& shared) {
   using Shared = RadixSelectShared<kThreads>;
   const int tid = threadIdx.x;
   if (k >= n) {  // the whole row
@@ -255,27 +258,26 @@ __device__ __noinline__ void select_top_k_block(const float* values, int n, int 
   }
 
   // Final pass in index order: each thread owns kRun consecutive elements per round.
-  constexpr int kPerThread = kRun;
   const bool aligned = (reinterpret_cast<uintptr_t>(values) & 15u) == 0;
   unsigned int equal_seen = 0, taken = 0;  // block-uniform running totals
-  for (int base = 0; base < n; base += kThreads * kPerThread) {
-    const int first = base + tid * kPerThread;
-    float run[kPerThread];
+  for (int base = 0; base < n; base += kThreads * kRun) {
+    const int first = base + tid * kRun;
+    float run[kRun];
     detail::load_run(values, n, first, aligned, run);
-    uint32_t keys[kPerThread];
+    uint32_t keys[kRun];
     unsigned int equal_count = 0;
 #pragma unroll
-    for (int e = 0; e < kPerThread; ++e) {
+    for (int e = 0; e < kRun; ++e) {
       keys[e] = float_order_key(run[e]) & mask;
       equal_count += (first + e < n && keys[e] == prefix) ? 1u : 0u;
     }
     unsigned int equal_total;
     unsigned int equal_rank =
         equal_seen + detail::block_exclusive_scan<kThreads>(equal_count, equal_total, shared.warp_totals);
-    bool take[kPerThread];
+    bool take[kRun];
     unsigned int take_count = 0;
 #pragma unroll
-    for (int e = 0; e < kPerThread; ++e) {
+    for (int e = 0; e < kRun; ++e) {
       const bool valid = first + e < n;
       const bool equal = valid && keys[e] == prefix;
       take[e] = valid && (keys[e] > prefix || (equal && equal_rank < remaining));
@@ -286,7 +288,7 @@ __device__ __noinline__ void select_top_k_block(const float* values, int n, int 
     unsigned int position =
         taken + detail::block_exclusive_scan<kThreads>(take_count, take_total, shared.warp_totals);
 #pragma unroll
-    for (int e = 0; e < kPerThread; ++e) {
+    for (int e = 0; e < kRun; ++e) {
       if (take[e]) out[position++] = first + e;
     }
     equal_seen += equal_total;
