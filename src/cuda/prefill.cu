@@ -109,6 +109,24 @@ __device__ __forceinline__ float tree_max(const float* v) {
   }
 }
 
+// Exponentiates the scores of row r (0 or 1) of a thread's share of a chunk's
+// accumulator (score 4 j + e belongs to row e >> 1) against the row's
+// reference, 2^(score * scale_log2 - reference), and returns their sum. With
+// kStore the scores become those probabilities.
+template <bool kStore, int kCount>
+__device__ __forceinline__ float exponentiate_row(float (&scores)[kCount], int r, float scale_log2, float reference) {
+  float partial[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < kCount / 4; ++j)
+#pragma unroll
+    for (int e = 2 * r; e < 2 * r + 2; ++e) {
+      const float probability = exp2_approx(fmaf(scores[4 * j + e], scale_log2, -reference));
+      if constexpr (kStore) scores[4 * j + e] = probability;
+      partial[(2 * j + e) & 3] += probability;
+    }
+  return (partial[0] + partial[1]) + (partial[2] + partial[3]);
+}
+
 // ---------------------------------------------------------------------------
 // The Hopper core (wgmma + TMA, warp-specialised) for head_dim 64, 128, 256;
 // see wgmma_common.cuh for layouts. Semantics: kascade_cuda.h and the CPU
@@ -369,16 +387,7 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
   // a maximum per chunk; run 69 dropped it in the LSE pass, run 70 here.)
   constexpr float kSumLimit = 32768.f;  // 2^15
   auto exponentiate = [&](int r, float (&scores)[kChunk / 2]) {
-    const float reference = SoftmaxState::finite_max(state[r].max);
-    float partial[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int j = 0; j < kChunk / 8; ++j)
-#pragma unroll
-      for (int e = 2 * r; e < 2 * r + 2; ++e) {
-        scores[4 * j + e] = exp2_approx(fmaf(scores[4 * j + e], p.scale_log2, -reference));
-        partial[(2 * j + e) & 3] += scores[4 * j + e];
-      }
-    return (partial[0] + partial[1]) + (partial[2] + partial[3]);
+    return exponentiate_row<true>(scores, r, p.scale_log2, SoftmaxState::finite_max(state[r].max));
   };
   // Whether this thread's rows have references and chunk sums within the
   // limit (an overflowed sum is +inf and fails the compare too).
@@ -414,14 +423,7 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
   auto add_sums = [&](int c, float (&scores)[kChunk / 2]) {
     mask_scores(c, scores);
     auto chunk_sum = [&](int r) {
-      const float reference = SoftmaxState::finite_max(state[r].max);
-      float partial[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-      for (int j = 0; j < kChunk / 8; ++j)
-#pragma unroll
-        for (int e = 2 * r; e < 2 * r + 2; ++e)
-          partial[(2 * j + e) & 3] += exp2_approx(fmaf(scores[4 * j + e], p.scale_log2, -reference));
-      return (partial[0] + partial[1]) + (partial[2] + partial[3]);
+      return exponentiate_row<false>(scores, r, p.scale_log2, SoftmaxState::finite_max(state[r].max));
     };
     float sums[2] = {chunk_sum(0), chunk_sum(1)};
     if (!__all_sync(0xffffffffu, sums_fit(sums))) {
