@@ -27,17 +27,5 @@ for r in 1 2; do
   done
 done
 kill $smi
-python3 - "$R" <<'PY'
-import csv, sys, glob
-out = sys.argv[1]
-rows = {}
-for f in sorted(glob.glob(out + "/ab_*.csv")):
-    v = f.split("/")[-1].split("_")[1]
-    for r in csv.DictReader(open(f)):
-        rows.setdefault((int(r["N"]), r["impl"]), {}).setdefault(v, []).append(float(r["ms"]))
-print("N impl   min ms for combos 0 1 2 3   (change vs 0)")
-for k, d in sorted(rows.items()):
-    base = min(d["0"])
-    print(*k, "  ".join(f"{min(d[v]):.3f} ({(min(d[v])/base-1)*100:+.1f}%)" for v in "0123" if v in d))
-PY
+python3 bench/cuda/ab_summary.py "$R"  # (ran inline here until the summary was shared)
 cd "$OUT" && tar czf run58.tgz r && rm -rf r
