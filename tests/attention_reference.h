@@ -426,8 +426,14 @@ struct KascadeSettings {
   std::vector<std::vector<int>> head_map;  // [layer][kv head]
   std::set<int> dense{0};
   bool all_heads = false, no_remap = false, pre_softmax = false, fixed = false;
+  bool sparse_prefill = true, sparse_decode = true;
+  bool all_anchors = false, own_tile_in_budget = false;
+  int refine = 1;  // c; refined reuse when > 1
 };
 
+// Kascade (KASCADE.md): anchors pool and select, reuse layers read the last
+// anchor's sets through the head map, or with refinement re-rank the anchor's
+// c x budget candidates with their own queries.
 class KascadeRef : public Reference {
  public:
   explicit KascadeRef(KascadeSettings settings) : k_(std::move(settings)) {}
@@ -436,69 +442,43 @@ class KascadeRef : public Reference {
                 std::vector<std::vector<int32_t>>& keys, Stats& stats) override {
     const Shape& s = p.shape;
     const int l = step.layer, g = s.group();
-    const std::vector<RefUnit> units = ref_units(step, k_.tile);
-    const bool anchor = std::count(k_.anchors.begin(), k_.anchors.end(), l) > 0;
-    const int n_pools = k_.all_heads ? 1 : s.n_kv_heads;
-    if (anchor) {
-      sets_.assign(units.size() * size_t(n_pools), {});
-      pending_.assign(sets_.size(), {});
-      const int64_t fixed = budget(step.first_position + step.n_queries, k_.percent, k_.min_k);
-      const int64_t n_items = int64_t(sets_.size());
-#pragma omp parallel for schedule(dynamic, 1)
-      for (int64_t item = 0; item < n_items; ++item) {
-        const RefUnit& unit = units[size_t(item / n_pools)];
-        const int pool = int(item % n_pools);
-        const int64_t n = unit.n_candidates;
-        const int64_t k = (k_.fixed && step.phase == Phase::Prefill)
-                              ? std::min(fixed, n)
-                              : budget(n, k_.percent, k_.min_k);
-        {
-          std::vector<int32_t>& set = sets_[size_t(item)];
-          if (k >= n) {
-            set = all_keys(n);
-            continue;
-          }
-          std::vector<double> pooled(size_t(n), 0.0);
-          const int head_begin = k_.all_heads ? 0 : pool * g;
-          const int head_end = k_.all_heads ? s.n_heads : head_begin + g;
-          for (int64_t t = 0; t < unit.length; ++t)
-            for (int head = head_begin; head < head_end; ++head) {
-              const int64_t position = unit.start + t;
-              if (k_.pre_softmax) {
-                for (int64_t j = 0; j < n; ++j) pooled[j] += score(p, l, position, head, j);
-              } else {
-                const std::vector<double> row = softmax_row(p, l, position, head);
-                for (int64_t j = 0; j < n; ++j) pooled[j] += row[j];
-              }
-            }
-          set = top_k(pooled, k);
-          pending_[size_t(item)] = {std::move(pooled), k, l, unit.start, pool};
-        }
-      }
+    const bool sparse = step.phase == Phase::Prefill ? k_.sparse_prefill : k_.sparse_decode;
+    if (!sparse || k_.dense.count(l)) {
+      for (int64_t q = 0; q < step.n_queries; ++q)
+        for (int head = 0; head < s.n_heads; ++head)
+          keys[q * s.n_heads + head] = all_keys(step.first_position + q + 1);
+      if (!sparse) return;
     }
+    const std::vector<RefUnit> units = ref_units(step, k_.tile);
+    const bool anchor = k_.all_anchors || std::count(k_.anchors.begin(), k_.anchors.end(), l) > 0;
+    n_pools_ = k_.all_heads ? 1 : s.n_kv_heads;
+    if (anchor) select(p, step, units);
+    if (k_.dense.count(l)) return;
+    const bool refined = !anchor && k_.refine > 1;
+    if (refined) refine(p, step, units, fast, stats);
     for (size_t u = 0; u < units.size(); ++u)
       for (int64_t t = 0; t < units[u].length; ++t)
         for (int head = 0; head < s.n_heads; ++head) {
           const int64_t q = units[u].first_query + t, position = step.first_position + q;
           std::vector<int32_t>& out = keys[q * s.n_heads + head];
-          if (k_.dense.count(l)) {
-            out = all_keys(position + 1);
-            continue;
-          }
           const int h = head / g;
-          const int pool = k_.all_heads ? 0 : (anchor || k_.no_remap) ? h : k_.head_map[l][h];
-          // The fast selection shows in the first sparse layer that reads it
-          // (a dense anchor attends every key).
-          Pending& pending = pending_[u * n_pools + pool];
-          if (!pending.scores.empty()) {
-            const std::vector<int32_t> fast_set = fast_selection(fast, step, units[u], head);
-            const std::string where = fmt::format("anchor layer {} unit at {} pool {} (seen at layer {})",
-                                                  pending.layer, pending.start, pending.pool, l);
-            if (check_selection(pending.scores, pending.k, fast_set, stats, where))
-              sets_[u * n_pools + pool] = fast_set;
-            pending.scores.clear();
+          if (refined) {
+            out = refined_[u * s.n_kv_heads + h];
+          } else {
+            const int pool = k_.all_heads ? 0 : (anchor || k_.no_remap) ? h : k_.head_map[l][h];
+            // The fast selection shows in the first layer that attends it
+            // (a dense anchor attends every key).
+            Pending& pending = pending_[u * n_pools_ + pool];
+            if (!pending.scores.empty()) {
+              const std::vector<int32_t> fast_set = fast_selection(fast, step, units[u], head);
+              const std::string where = fmt::format("anchor layer {} unit at {} pool {} (seen at layer {})",
+                                                    pending.layer, pending.start, pending.pool, l);
+              if (check_selection(pending.scores, pending.k, fast_set, stats, where))
+                own_[u * n_pools_ + pool] = fast_set;
+              pending.scores.clear();
+            }
+            out = own_[u * n_pools_ + pool];
           }
-          out = sets_[u * n_pools + pool];
           add_own_tile(units[u], position, out);
         }
   }
@@ -513,9 +493,104 @@ class KascadeRef : public Reference {
     int pool = 0;
   };
 
+  // Keys a unit attends: the rolling budget (or the fixed-budget ablation's),
+  // less the own tile when it counts in the budget.
+  int64_t kept(const Step& step, const RefUnit& unit) const {
+    const int64_t n = unit.n_candidates;
+    int64_t k = budget(n, k_.percent, k_.min_k);
+    if (k_.fixed && step.phase == Phase::Prefill)
+      k = std::min(budget(step.first_position + step.n_queries, k_.percent, k_.min_k), n);
+    if (k_.own_tile_in_budget && unit.own_tile && k < n) k = std::max<int64_t>(0, k - unit.length);
+    return k;
+  }
+
+  // An anchor: pooled scores of every unit and pool; its own sets (top
+  // budget, checked against the fast ones later) and the candidates (top c x
+  // budget) that refined reuse layers read.
+  void select(const Problem& p, const Step& step, const std::vector<RefUnit>& units) {
+    const Shape& s = p.shape;
+    const int l = step.layer, g = s.group();
+    own_.assign(units.size() * size_t(n_pools_), {});
+    candidates_.assign(own_.size(), {});
+    pending_.assign(own_.size(), {});
+    const int64_t n_items = int64_t(own_.size());
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t item = 0; item < n_items; ++item) {
+      const RefUnit& unit = units[size_t(item / n_pools_)];
+      const int pool = int(item % n_pools_);
+      const int64_t n = unit.n_candidates;
+      const int64_t k = kept(step, unit);
+      const int64_t c = std::min(n, k_.refine * k);
+      if (k >= n) {
+        own_[item] = candidates_[item] = all_keys(n);
+        continue;
+      }
+      std::vector<double> pooled(size_t(n), 0.0);
+      const int head_begin = k_.all_heads ? 0 : pool * g;
+      const int head_end = k_.all_heads ? s.n_heads : head_begin + g;
+      for (int64_t t = 0; t < unit.length; ++t)
+        for (int head = head_begin; head < head_end; ++head) {
+          const int64_t position = unit.start + t;
+          if (k_.pre_softmax) {
+            for (int64_t j = 0; j < n; ++j) pooled[j] += score(p, l, position, head, j);
+          } else {
+            const std::vector<double> row = softmax_row(p, l, position, head);
+            for (int64_t j = 0; j < n; ++j) pooled[j] += row[j];
+          }
+        }
+      own_[item] = top_k(pooled, k);
+      candidates_[item] = c >= n ? all_keys(n) : top_k(pooled, c);
+      pending_[item] = {std::move(pooled), k, l, unit.start, pool};
+    }
+  }
+
+  // A refined reuse layer: every (unit, KV head) re-ranks its anchor's
+  // candidates with its own rows, softmax normalised over the candidates,
+  // and keeps its top budget; checked against the fast selection at once.
+  void refine(const Problem& p, const Step& step, const std::vector<RefUnit>& units,
+              const Strategy& fast, Stats& stats) {
+    const Shape& s = p.shape;
+    const int l = step.layer, g = s.group();
+    refined_.assign(units.size() * size_t(s.n_kv_heads), {});
+    for (size_t u = 0; u < units.size(); ++u)
+      for (int h = 0; h < s.n_kv_heads; ++h) {
+        const int pool = k_.all_heads ? 0 : k_.no_remap ? h : k_.head_map[l][h];
+        const std::vector<int32_t>& candidates = candidates_[u * n_pools_ + pool];
+        std::vector<int32_t>& set = refined_[u * s.n_kv_heads + h];
+        const int64_t k = kept(step, units[u]);
+        if (k >= int64_t(candidates.size())) {
+          set = candidates;
+          continue;
+        }
+        std::vector<double> pooled(candidates.size(), 0.0);
+        for (int64_t t = 0; t < units[u].length; ++t)
+          for (int head = h * g; head < h * g + g; ++head) {
+            std::vector<double> row(candidates.size());
+            double max = -std::numeric_limits<double>::infinity(), sum = 0;
+            for (size_t i = 0; i < candidates.size(); ++i)
+              max = std::max(max, row[i] = score(p, l, units[u].start + t, head, candidates[i]));
+            for (double& x : row) sum += (x = std::exp(x - max));
+            for (size_t i = 0; i < candidates.size(); ++i) pooled[i] += row[i] / sum;
+          }
+        // Compared in candidate positions (ascending, like the keys).
+        std::vector<int32_t> fast_positions;
+        for (int32_t key : fast_selection(fast, step, units[u], h * g)) {
+          const auto at = std::lower_bound(candidates.begin(), candidates.end(), key);
+          fast_positions.push_back(at != candidates.end() && *at == key ? int32_t(at - candidates.begin()) : -1);
+        }
+        const std::string where = fmt::format("refined layer {} unit at {} KV head {}", l, units[u].start, h);
+        std::vector<int32_t> positions = top_k(pooled, k);
+        if (check_selection(pooled, k, fast_positions, stats, where)) positions = fast_positions;
+        for (int32_t i : positions) set.push_back(candidates[size_t(i)]);
+      }
+  }
+
   KascadeSettings k_;
-  std::vector<std::vector<int32_t>> sets_;  // the current anchor's [unit][pool]
+  int n_pools_ = 1;
+  // The current anchor's [unit][pool] sets: its own, and the refinement candidates.
+  std::vector<std::vector<int32_t>> own_, candidates_;
   std::vector<Pending> pending_;
+  std::vector<std::vector<int32_t>> refined_;  // the current layer's [unit][kv head]
 };
 
 class OracleRef : public Reference {

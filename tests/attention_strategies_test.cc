@@ -87,6 +87,11 @@ reference::KascadeSettings settings(const StrategyOptions& o, const KascadeProfi
   s.no_remap = o.no_remap;
   s.pre_softmax = o.pre_softmax_pooling;
   s.fixed = o.fixed_budget;
+  s.sparse_prefill = o.sparse_phases != SparsePhases::DecodeOnly;
+  s.sparse_decode = o.sparse_phases != SparsePhases::PrefillOnly;
+  s.all_anchors = o.all_anchors;
+  s.own_tile_in_budget = o.own_tile_in_budget;
+  s.refine = o.refine_factor;
   return s;
 }
 
@@ -121,6 +126,15 @@ TEST(AttentionStrategies, KascadeAblationsMatchReference) {
       {"fixed-budget", [](StrategyOptions& o) { o.fixed_budget = true; }},
       {"dense layers {1}", [](StrategyOptions& o) { o.dense_layers = std::vector<int>{1}; }},
       {"p = 25", [](StrategyOptions& o) { o.budget_percent = 25; }},
+      {"decode-only", [](StrategyOptions& o) { o.sparse_phases = SparsePhases::DecodeOnly; }},
+      {"prefill-only", [](StrategyOptions& o) { o.sparse_phases = SparsePhases::PrefillOnly; }},
+      {"all-anchors", [](StrategyOptions& o) { o.all_anchors = true; }},
+      {"own-tile-in-budget", [](StrategyOptions& o) { o.own_tile_in_budget = true; }},
+      {"refine 2, no-remap", [](StrategyOptions& o) { o.refine_factor = 2, o.no_remap = true; }},
+      {"refine 3, all-heads-pooled", [](StrategyOptions& o) { o.refine_factor = 3, o.all_heads_pooled = true; }},
+      {"refine 3, decode-only", [](StrategyOptions& o) {
+         o.refine_factor = 3, o.sparse_phases = SparsePhases::DecodeOnly;
+       }},
   };
   for (const Variant& v : variants) {
     StrategyOptions o = options("kascade", c);
@@ -129,6 +143,18 @@ TEST(AttentionStrategies, KascadeAblationsMatchReference) {
     auto fast = make_strategy(o, c.shape);
     reference::KascadeRef ref(settings(o, *o.profile));
     run(*fast, ref, c, 3, std::string("kascade ") + v.label);
+  }
+}
+
+TEST(AttentionStrategies, KascadeRefinedReuseMatchesReference) {
+  for (const Case& c : cases()) {
+    StrategyOptions o = options("kascade", c);
+    o.profile = test_profile(c.shape, 13);
+    o.refine_factor = 3;
+    o.dense_layers = std::vector<int>{};  // layer 0 sparse too: its own top budget inside the candidates shows
+    auto fast = make_strategy(o, c.shape);
+    reference::KascadeRef ref(settings(o, *o.profile));
+    run(*fast, ref, c, 8, std::string("kascade refine 3 ") + c.label);
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/model_cache.h"
+#include "engine/generate.h"
 #include "eval/harness.h"
 #include "eval/report.h"
 #include "eval/statistics.h"
@@ -39,11 +40,21 @@ TEST(EvalStrategySpec, ParsesVariants) {
   EXPECT_TRUE(s.options.no_remap && s.options.fixed_budget);
   EXPECT_EQ(s.options.budget_percent, 5);
   EXPECT_EQ(parse_strategy_spec("quest-p20", 10).options.name, "quest");
+  s = parse_strategy_spec("kascade-refine3-decode-only", 10);
+  EXPECT_EQ(s.options.refine_factor, 3);
+  EXPECT_EQ(s.options.sparse_phases, attention::SparsePhases::DecodeOnly);
+  s = parse_strategy_spec("kascade-prefill-only-all-anchors-own-tile-in-budget-mink64", 10);
+  EXPECT_EQ(s.options.sparse_phases, attention::SparsePhases::PrefillOnly);
+  EXPECT_TRUE(s.options.all_anchors && s.options.own_tile_in_budget);
+  EXPECT_EQ(s.options.min_k, 64);
+  EXPECT_EQ(parse_strategy_spec("oracle-topk-mink32", 10).options.min_k, 32);
 }
 
 TEST(EvalStrategySpec, RejectsUnknownNames) {
   for (const char* bad : {"", "nope", "kascadex", "kascade-", "kascade-p0", "kascade-p101", "kascade-p5-p6",
-                          "kascade-pfoo", "kascade-no-remap-no-remap", "quest-no-remap", "dense-p5", "kascade-turbo"})
+                          "kascade-pfoo", "kascade-no-remap-no-remap", "quest-no-remap", "dense-p5", "kascade-turbo",
+                          "kascade-refine1", "kascade-refine3-refine2", "omnikv-refine3", "kascade-decode-only-prefill-only",
+                          "kascade-mink0", "dense-mink8", "quest-decode-only", "kascade-refine"})
     EXPECT_THROW(parse_strategy_spec(bad, 10), Error) << bad;
 }
 
@@ -226,6 +237,42 @@ TEST_F(EvalOnModel, SmallRunIsCompleteAndDeterministic) {
   const nlohmann::json json = nlohmann::json::parse(json_file);
   EXPECT_EQ(json["results"].size(), 4u);
   std::filesystem::remove_all(dir);
+}
+
+// Strategies with a dense prefill continue from one shared dense prefill;
+// each must give what its own prefill gives.
+TEST_F(EvalOnModel, SharedDensePrefillMatchesOwnPrefill) {
+  EvalOptions options = small_options();
+  options.lengths = {512};
+  options.tasks = {"niah_single", "ppl"};
+  options.strategies = {"dense", "kascade-decode-only", "omnikv", "quest", "kascade"};
+  options.budget_percent = 5;
+  const EvalRun run = run_eval(*model_, *tokenizer_, *corpus_, options);
+  ASSERT_EQ(run.results.size(), 10u);
+  const PromptFormat format(*tokenizer_);
+  const PromptCounter count = [&](const std::string& user, const std::string& prefix) {
+    return int64_t(format.encode(user, prefix).size());
+  };
+  const attention::Shape shape = model_->config().attention_shape();
+  for (const SampleResult& r : run.results) {
+    ASSERT_EQ(r.status, "ok") << r.error;
+    const StrategySpec spec = parse_strategy_spec(r.strategy, options.budget_percent);
+    if (r.task == "ppl") {
+      const std::vector<int32_t> tokens = perplexity_tokens(*corpus_, *tokenizer_, 512, 0, options.seed);
+      model::Sequence seq = model_->new_sequence(512, options.kv_type, attention::make_strategy(spec.options, shape));
+      EXPECT_EQ(r.nll_sum, tail_nll(*model_, seq, tokens, options.perplexity_tail, options.prefill_chunk)) << r.strategy;
+      continue;
+    }
+    const Sample sample = make_sample(r.task, 512, 0, options.seed, *corpus_, count);
+    const std::vector<int32_t> prompt = format.encode(sample.user_message, sample.answer_prefix);
+    model::Sequence seq = model_->new_sequence(int64_t(prompt.size()) + sample.max_new_tokens, options.kv_type,
+                                               attention::make_strategy(spec.options, shape));
+    engine::GenerateOptions generate;
+    generate.max_new_tokens = sample.max_new_tokens;
+    generate.sampling.temperature = 0;
+    generate.prefill_chunk = options.prefill_chunk;
+    EXPECT_EQ(r.output, engine::generate(*model_, *tokenizer_, seq, prompt, generate).text) << r.strategy;
+  }
 }
 
 // A run over the time limit scores 0, is shown as a timeout and stays in the averages.

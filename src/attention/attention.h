@@ -61,6 +61,10 @@ class Strategy {
   virtual int64_t prefill_alignment() const { return 1; }
   // Forget all cross-layer state: a new sequence starts at position 0.
   virtual void reset() {}
+  // True when prefill steps attend densely and leave no state that later
+  // steps read, so a sequence prefilled with dense attention can continue
+  // with this strategy (the eval harness shares one prefill among them).
+  virtual bool dense_prefill() const { return false; }
   virtual void forward(const Step& step) = 0;
   // Diagnostics (off the fast path): the keys, ascending, that query q of the
   // step just passed to forward() attended with query head `head`. The

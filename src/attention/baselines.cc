@@ -109,6 +109,7 @@ class QuestStrategy final : public Strategy {
         pages_(size_t(shape.n_layers)) {}
 
   std::string_view name() const override { return "quest"; }
+  bool dense_prefill() const override { return true; }  // pages are summarised as decode needs them
   void reset() override { pages_.assign(size_t(shape_.n_layers), {}); }
 
   void forward(const Step& step) override {
@@ -244,6 +245,7 @@ class SharedSetStrategy : public Strategy {
         exact_(shape) {}
 
   void reset() override { selected_ = {}; }
+  bool dense_prefill() const override { return true; }
 
   void forward(const Step& step) override {
     check_step(shape_, step);

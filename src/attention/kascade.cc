@@ -40,48 +40,84 @@ class KascadeStrategy final : public Strategy {
         profile_(options.profile ? *options.profile : default_profile(shape)),
         dense_(layer_flags(options.dense_layers, {0}, shape.n_layers)),
         exact_(shape),
-        selector_(shape) {
+        selector_(shape),
+        refiner_(shape) {
     anchor_of_.resize(size_t(shape.n_layers));
     for (int j = 0, a = 0; j < shape.n_layers; ++j) {
-      if (std::binary_search(profile_.anchors.begin(), profile_.anchors.end(), j)) a = j;
+      if (options.all_anchors ||
+          std::binary_search(profile_.anchors.begin(), profile_.anchors.end(), j))
+        a = j;
       anchor_of_[j] = a;
     }
   }
 
   std::string_view name() const override { return "kascade"; }
-  int64_t prefill_alignment() const override { return options_.tile; }
+  int64_t prefill_alignment() const override {
+    return options_.sparse_phases == SparsePhases::DecodeOnly ? 1 : options_.tile;
+  }
+  bool dense_prefill() const override {
+    return options_.sparse_phases == SparsePhases::DecodeOnly;
+  }
   void reset() override { selected_ = {}; }
 
   void forward(const Step& step) override {
     check_step(shape_, step);
     const int j = step.layer;
+    last_layer_ = j;
+    last_sets_ = Sets::None;
+    if (!sparse(step.phase)) {
+      exact_.dense(step);
+      return;
+    }
     units_ = make_units(step, options_.tile);
     if (anchor_of_[j] == j) {
       select(step, dense_[j]);  // a dense anchor's output comes with its selection
-      last_layer_ = j;
       if (dense_[j]) return;
+      last_sets_ = refining() ? Sets::AnchorInner : Sets::Anchor;
     } else if (!dense_[j] && !selected_matches(step, anchor_of_[j])) {
       fail("kascade: layer {} reuses anchor layer {}, which has not run for this step "
            "(positions {}..{})",
            j, anchor_of_[j], step.first_position, step.first_position + step.n_queries - 1);
-    }
-    last_layer_ = j;
-    if (dense_[j]) {
+    } else if (dense_[j]) {
       exact_.dense(step);
       return;
+    } else if (refining()) {
+      refiner_.refine(
+          step, units_, [&](int64_t unit, int h) { return selector_.set(unit, pool(j, h)); },
+          [&](const Unit& unit) { return keys_kept(unit, step); });
+      last_sets_ = Sets::Refined;
+    } else {
+      last_sets_ = Sets::Anchor;
     }
     exact_.restricted(
-        step, units_, [&](int64_t unit, int h) { return selector_.set(unit, pool(j, h)); }, false);
+        step, units_, [&](int64_t unit, int h) { return set_of(unit, h); }, false);
   }
 
   void kept_keys(const Step& step, int64_t q, int head, std::vector<int32_t>& keys) const override {
-    if (dense_[last_layer_]) return Strategy::kept_keys(step, q, head, keys);
+    if (last_sets_ == Sets::None) return Strategy::kept_keys(step, q, head, keys);
     const int64_t u = unit_of(step, q, options_.tile);
-    set_with_own_tile(selector_.set(u, pool(last_layer_, head / shape_.group())), units_[u],
-                      step.first_position + q, keys);
+    set_with_own_tile(set_of(u, head / shape_.group()), units_[u], step.first_position + q, keys);
   }
 
  private:
+  // Which index sets the last forward() attended.
+  enum class Sets {
+    None,         // dense
+    Anchor,       // the anchor's sets through pool() (an anchor's own, or reused)
+    AnchorInner,  // an anchor's own top budget inside its refinement candidates
+    Refined,      // the refiner's sets
+  };
+
+  bool sparse(Phase phase) const {
+    switch (options_.sparse_phases) {
+      case SparsePhases::Both: return true;
+      case SparsePhases::DecodeOnly: return phase == Phase::Decode;
+      case SparsePhases::PrefillOnly: return phase == Phase::Prefill;
+    }
+    return true;
+  }
+  bool refining() const { return options_.refine_factor > 1; }
+
   // The selection pool KV head h of layer j reads.
   int pool(int j, int h) const {
     if (options_.all_heads_pooled) return 0;
@@ -89,18 +125,42 @@ class KascadeStrategy final : public Strategy {
     return profile_.head_map[j][h];
   }
 
+  std::span<const int32_t> set_of(int64_t unit, int h) const {
+    switch (last_sets_) {
+      case Sets::AnchorInner: return selector_.inner_set(unit, pool(last_layer_, h));
+      case Sets::Refined: return refiner_.set(unit, h);
+      default: return selector_.set(unit, pool(last_layer_, h));
+    }
+  }
+
+  // Keys a unit attends out of its candidates: the rolling budget(s) (or the
+  // fixed-budget ablation's), less the own tile when it counts in the budget.
+  int64_t keys_kept(const Unit& unit, const Step& step) const {
+    int64_t k = budget(unit.n_candidates, options_.budget_percent, options_.min_k);
+    if (options_.fixed_budget && step.phase == Phase::Prefill)
+      k = std::min(budget(step.first_position + step.n_queries, options_.budget_percent,
+                          options_.min_k),
+                   unit.n_candidates);
+    if (options_.own_tile_in_budget && unit.own_tile && k < unit.n_candidates)
+      k = std::max<int64_t>(0, k - unit.length);
+    return k;
+  }
+
   void select(const Step& step, bool dense_output) {
-    const int64_t end = step.first_position + step.n_queries;
-    const int64_t fixed = budget(end, options_.budget_percent, options_.min_k);
-    const bool fixed_prefill = options_.fixed_budget && step.phase == Phase::Prefill;
-    selector_.select(
-        step, units_, options_.all_heads_pooled ? PoolMode::AllHeadsSum : PoolMode::PerKvHead,
-        options_.pre_softmax_pooling ? Pooling::PreSoftmax : Pooling::PostSoftmax,
-        [&](const Unit& unit) {
-          if (fixed_prefill) return std::min(fixed, unit.n_candidates);
-          return budget(unit.n_candidates, options_.budget_percent, options_.min_k);
-        },
-        dense_output);
+    const Selector::Count kept = [&](const Unit& unit) { return keys_kept(unit, step); };
+    const PoolMode mode =
+        options_.all_heads_pooled ? PoolMode::AllHeadsSum : PoolMode::PerKvHead;
+    const Pooling pooling =
+        options_.pre_softmax_pooling ? Pooling::PreSoftmax : Pooling::PostSoftmax;
+    if (refining()) {
+      // Candidates for the reuse layers; the anchor itself attends its top budget.
+      selector_.select(
+          step, units_, mode, pooling,
+          [&](const Unit& unit) { return options_.refine_factor * keys_kept(unit, step); },
+          dense_output, kept);
+    } else {
+      selector_.select(step, units_, mode, pooling, kept, dense_output);
+    }
     selected_ = {step.first_position, step.n_queries, step.phase, step.layer, true};
   }
 
@@ -126,9 +186,11 @@ class KascadeStrategy final : public Strategy {
   std::vector<int> anchor_of_;  // [layer] -> its anchor (itself on anchors)
   ExactAttention exact_;
   Selector selector_;
+  Refiner refiner_;
   std::vector<Unit> units_;
   Selected selected_;
   int last_layer_ = 0;
+  Sets last_sets_ = Sets::None;
 };
 
 class OracleStrategy final : public Strategy {

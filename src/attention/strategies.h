@@ -37,6 +37,19 @@
 //                        its s candidates) instead of the rolling budget(s):
 //                        with a one-chunk prefill, p% of the whole prompt for
 //                        every tile. Decode is unchanged (budget(N)).
+//   sparse_phases        decode-only (dense prefill, the reference code's
+//                        DecodeOnlyKascadeStrategy) or prefill-only (dense decode).
+//   all_anchors          every layer an anchor: pooling, tiles and the rolling
+//                        budget without reuse.
+//   own_tile_in_budget   a prefill tile's k counts its own tile (the reference
+//                        code's k -= T) instead of adding it on top.
+// Kascade variant (KASCADE.md, "refined reuse"):
+//   refine_factor c > 1  anchors keep c x budget candidates per KV head; each
+//                        reuse layer scores its candidates (through the head
+//                        map) with its own queries, post-softmax pooled over the
+//                        group and normalised over the candidates, and attends
+//                        its own top budget of them. An anchor attends its own
+//                        top budget, as without refinement.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +65,9 @@
 
 namespace kascade::attention {
 
+// Which phases Kascade makes sparse; the other attends densely.
+enum class SparsePhases { Both, DecodeOnly, PrefillOnly };
+
 struct StrategyOptions {
   std::string name = "dense";
   double budget_percent = 10;  // p, in (0, 100]
@@ -62,6 +78,10 @@ struct StrategyOptions {
   bool no_remap = false;
   bool pre_softmax_pooling = false;
   bool fixed_budget = false;
+  SparsePhases sparse_phases = SparsePhases::Both;
+  bool all_anchors = false;
+  bool own_tile_in_budget = false;
+  int refine_factor = 1;  // c; 1 = plain reuse
 
   // Layers attended densely; unset: kascade/oracle-topk {0}, quest {0, 1}.
   std::optional<std::vector<int>> dense_layers;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <memory>
 
 #include <fmt/format.h>
@@ -232,6 +233,18 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--no-remap", a.no_remap, "Kascade ablation: reuse head h reads anchor head h");
   cmd->add_flag("--pre-softmax-pooling", a.pre_softmax_pooling, "Kascade ablation: pool logits, not probabilities");
   cmd->add_flag("--fixed-budget", a.fixed_budget, "Kascade ablation: no rolling per-tile budget");
+  cmd->add_option("--sparse-phases", a.sparse_phases, "Kascade: which phases are sparse: both, decode, prefill")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, attention::SparsePhases>{{"both", attention::SparsePhases::Both},
+                                                         {"decode", attention::SparsePhases::DecodeOnly},
+                                                         {"prefill", attention::SparsePhases::PrefillOnly}},
+          CLI::ignore_case))
+      ->default_str("both");
+  cmd->add_flag("--all-anchors", a.all_anchors, "Kascade ablation: every layer an anchor (no reuse)");
+  cmd->add_flag("--own-tile-in-budget", a.own_tile_in_budget, "Kascade ablation: a tile's own keys count in its budget");
+  cmd->add_option("--refine", a.refine_factor, "Kascade refined reuse: anchors keep C x budget candidates (1 = off)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   cmd->add_option("--sinks", a.sink_tokens, "Sink tokens (streaming, lessismore)")->capture_default_str();
   cmd->add_option("--window-fraction", a.window_fraction, "Streaming window as a share of the context (0 = budget)")
       ->capture_default_str();

@@ -6,16 +6,44 @@
 
 namespace kascade::engine {
 
-GenerationResult generate(const model::Model& model, const tokenizer::Tokenizer& tokenizer,
-                          model::Sequence& seq, std::span<const int32_t> prompt,
-                          const GenerateOptions& options, const GenerateCallbacks& callbacks) {
+namespace {
+
+void check_request(const model::Sequence& seq, std::span<const int32_t> prompt, const GenerateOptions& options) {
   if (prompt.empty()) fail("the prompt is empty");
-  if (seq.n_past != 0) fail("generate needs a fresh sequence");
   if (int64_t(prompt.size()) >= seq.cache.capacity())
     fail("prompt of {} tokens does not fit the context of {} tokens (it needs room for at least one new token)",
          prompt.size(), seq.cache.capacity());
   if (options.max_new_tokens < 0) fail("max new tokens must be >= 0, got {}", options.max_new_tokens);
+}
 
+}  // namespace
+
+GenerationResult generate(const model::Model& model, const tokenizer::Tokenizer& tokenizer,
+                          model::Sequence& seq, std::span<const int32_t> prompt,
+                          const GenerateOptions& options, const GenerateCallbacks& callbacks) {
+  check_request(seq, prompt, options);
+  if (seq.n_past != 0) fail("generate needs a fresh sequence");
+  Stopwatch prefill_clock;
+  std::vector<float> logits = model.prefill(
+      seq, prompt,
+      [&](int64_t done) {
+        if (callbacks.on_prefill) callbacks.on_prefill(done, int64_t(prompt.size()));
+      },
+      options.prefill_chunk);
+  const double prefill_seconds = prefill_clock.seconds();
+  GenerationResult result =
+      generate_after_prefill(model, tokenizer, seq, prompt, std::move(logits), options, callbacks);
+  result.prefill_seconds = prefill_seconds;
+  return result;
+}
+
+GenerationResult generate_after_prefill(const model::Model& model, const tokenizer::Tokenizer& tokenizer,
+                                        model::Sequence& seq, std::span<const int32_t> prompt,
+                                        std::vector<float> logits, const GenerateOptions& options,
+                                        const GenerateCallbacks& callbacks) {
+  check_request(seq, prompt, options);
+  if (seq.n_past != int64_t(prompt.size()))
+    fail("the sequence holds {} positions, not the prompt's {}", seq.n_past, prompt.size());
   GenerationResult result;
   result.prompt_tokens = int64_t(prompt.size());
   sampling::Sampler sampler(options.sampling);
@@ -27,15 +55,6 @@ GenerationResult generate(const model::Model& model, const tokenizer::Tokenizer&
     result.text += text;
     if (callbacks.on_text) callbacks.on_text(text);
   };
-
-  Stopwatch prefill_clock;
-  std::vector<float> logits = model.prefill(
-      seq, prompt,
-      [&](int64_t done) {
-        if (callbacks.on_prefill) callbacks.on_prefill(done, int64_t(prompt.size()));
-      },
-      options.prefill_chunk);
-  result.prefill_seconds = prefill_clock.seconds();
 
   Stopwatch decode_clock;
   result.stop_reason = "token limit";

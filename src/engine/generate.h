@@ -41,4 +41,12 @@ GenerationResult generate(const model::Model& model, const tokenizer::Tokenizer&
                           model::Sequence& seq, std::span<const int32_t> prompt,
                           const GenerateOptions& options, const GenerateCallbacks& callbacks = {});
 
+// The decode loop of generate() for a sequence that already holds `prompt`
+// (prefilled elsewhere, e.g. a copy of a shared dense prefill); `logits` are
+// the last prompt token's.
+GenerationResult generate_after_prefill(const model::Model& model, const tokenizer::Tokenizer& tokenizer,
+                                        model::Sequence& seq, std::span<const int32_t> prompt,
+                                        std::vector<float> logits, const GenerateOptions& options,
+                                        const GenerateCallbacks& callbacks = {});
+
 }  // namespace kascade::engine

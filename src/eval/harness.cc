@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -28,20 +29,60 @@ double negative_log_probability(std::span<const float> logits, int32_t token) {
   return std::log(sum) + top - double(logits[size_t(token)]);
 }
 
+// A dense prefill of one work item, shared by the strategies whose prefill is
+// dense (Strategy::dense_prefill): each continues from a copy of its cache.
+struct SharedPrefill {
+  std::optional<model::Sequence> seq;
+  std::vector<float> logits;
+};
+
+// Runs tokens through the empty `seq` and returns the last token's logits:
+// by copying the shared dense prefill when the strategy's prefill is dense
+// (computing it first if no strategy has), else by the strategy's own prefill.
+std::vector<float> prefill(const model::Model& model, model::Sequence& seq, std::span<const int32_t> tokens,
+                           int64_t prefill_chunk, attention::KvType kv_type, SharedPrefill& shared,
+                           const std::function<void()>& check) {
+  const auto progress = [&](int64_t) { check(); };
+  if (!seq.attention->dense_prefill()) return model.prefill(seq, tokens, progress, prefill_chunk);
+  if (!shared.seq) {
+    model::Sequence dense = model.new_sequence(seq.cache.capacity(), kv_type,
+                                               attention::make_dense(model.config().attention_shape()));
+    shared.logits = model.prefill(dense, tokens, progress, prefill_chunk);
+    shared.seq = std::move(dense);
+  }
+  seq.cache.copy_prefix(shared.seq->cache, shared.seq->n_past);
+  seq.n_past = shared.seq->n_past;
+  return shared.logits;
+}
+
 // One accuracy sample through one strategy: generated reply and its score.
 void run_accuracy(const model::Model& model, const tokenizer::Tokenizer& tokenizer, const Sample& sample,
-                  std::span<const int32_t> prompt, model::Sequence& seq, int64_t prefill_chunk,
+                  std::span<const int32_t> prompt, model::Sequence& seq, std::vector<float> logits,
                   const std::function<void()>& check, SampleResult& result) {
   engine::GenerateOptions options;
   options.max_new_tokens = sample.max_new_tokens;
   options.sampling = sampling::SamplerOptions{.temperature = 0.0f};
-  options.prefill_chunk = prefill_chunk;
   engine::GenerateCallbacks callbacks;
-  callbacks.on_prefill = [&](int64_t, int64_t) { check(); };
   callbacks.on_text = [&](const std::string&) { check(); };
-  const engine::GenerationResult generated = engine::generate(model, tokenizer, seq, prompt, options, callbacks);
+  const engine::GenerationResult generated =
+      engine::generate_after_prefill(model, tokenizer, seq, prompt, std::move(logits), options, callbacks);
   result.output = generated.text;
   result.score = recall_score(sample.expected, generated.text);
+}
+
+// Teacher-forced NLL of tokens [prefix, n) after a prefill of [0, prefix)
+// whose last logits are `logits`.
+double score_tail(const model::Model& model, model::Sequence& seq, std::span<const int32_t> tokens, int64_t prefix,
+                  std::vector<float> logits, const std::function<void()>& check) {
+  const int64_t n = int64_t(tokens.size());
+  double nll = 0;
+  for (int64_t i = prefix; i < n; ++i) {
+    nll += negative_log_probability(logits, tokens[size_t(i)]);
+    if (i + 1 == n) break;
+    model.forward(seq, tokens.subspan(size_t(i), 1), 1, logits.data());
+    if (check) check();
+  }
+  return nll;
 }
 
 // The work of one (length, task, sample): its prompt (or perplexity document),
@@ -149,14 +190,7 @@ double tail_nll(const model::Model& model, model::Sequence& seq, std::span<const
         if (check) check();
       },
       prefill_chunk);
-  double nll = 0;
-  for (int64_t i = prefix; i < n; ++i) {
-    nll += negative_log_probability(logits, tokens[size_t(i)]);
-    if (i + 1 == n) break;
-    model.forward(seq, tokens.subspan(size_t(i), 1), 1, logits.data());
-    if (check) check();
-  }
-  return nll;
+  return score_tail(model, seq, tokens, prefix, std::move(logits), check);
 }
 
 EvalRun run_eval(const model::Model& model, const tokenizer::Tokenizer& tokenizer, const Corpus& corpus,
@@ -201,6 +235,9 @@ EvalRun run_eval(const model::Model& model, const tokenizer::Tokenizer& tokenize
   if (callbacks.on_progress) callbacks.on_progress(0, total_tokens);
   for (const WorkItem& item : items) {
     const bool perplexity = item.task == kPerplexityTask;
+    const std::span<const int32_t> prefilled =
+        std::span<const int32_t>(item.tokens).first(item.tokens.size() - size_t(perplexity ? options.perplexity_tail : 0));
+    SharedPrefill shared;
     for (const StrategySpec& spec : run.plan.strategies) {
       SampleResult result;
       result.task = item.task;
@@ -217,11 +254,13 @@ EvalRun run_eval(const model::Model& model, const tokenizer::Tokenizer& tokenize
       try {
         const int64_t capacity = int64_t(item.tokens.size()) + (perplexity ? 0 : item.sample.max_new_tokens);
         model::Sequence seq = model.new_sequence(capacity, options.kv_type, attention::make_strategy(spec.options, shape));
+        std::vector<float> logits =
+            prefill(model, seq, prefilled, options.prefill_chunk, options.kv_type, shared, check);
         if (perplexity) {
-          result.nll_sum = tail_nll(model, seq, item.tokens, options.perplexity_tail, options.prefill_chunk, check);
+          result.nll_sum = score_tail(model, seq, item.tokens, int64_t(prefilled.size()), std::move(logits), check);
           result.scored_tokens = options.perplexity_tail;
         } else {
-          run_accuracy(model, tokenizer, item.sample, item.tokens, seq, options.prefill_chunk, check, result);
+          run_accuracy(model, tokenizer, item.sample, item.tokens, seq, std::move(logits), check, result);
         }
         result.status = "ok";
       } catch (const TimeLimitExceeded& e) {

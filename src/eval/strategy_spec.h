@@ -1,13 +1,19 @@
 // Strategy names on the eval command line: a strategy of
 // attention/strategies.h, optionally followed by variant suffixes, so one run
 // can compare budgets and Kascade ablations side by side:
-//   <strategy>[-p<percent>][-<ablation>...]
+//   <strategy>[-p<percent>][-<variant>...]
 //   -p<percent>            budget for this entry (default: --budget), e.g. kascade-p5
+//   -mink<keys>            min_k of this entry (default 128)
 //   -all-heads-pooled      Kascade: one index set for all KV heads
 //   -no-remap              Kascade: reuse layer head h reads anchor head h
 //   -pre-softmax-pooling   Kascade: pool logits instead of probabilities
 //   -fixed-budget          Kascade: no rolling per-tile prefill budget
-// e.g. dense, kascade, kascade-p5, kascade-no-remap, quest-p20, oracle-topk-p5.
+//   -decode-only           Kascade: dense prefill, sparse decode
+//   -prefill-only          Kascade: sparse prefill, dense decode
+//   -all-anchors           Kascade: every layer an anchor (no reuse)
+//   -own-tile-in-budget    Kascade: a prefill tile's own keys count in its budget
+//   -refine<c>             Kascade: refined reuse with c x budget candidates
+// e.g. dense, kascade, kascade-p5, kascade-no-remap, kascade-refine3-decode-only, quest-p20.
 #pragma once
 
 #include <string>

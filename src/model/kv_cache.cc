@@ -21,7 +21,8 @@ void store_f16(uint16_t* dst, const float* src, int64_t n) {
 }  // namespace
 
 KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, int64_t capacity, attention::KvType type)
-    : n_kv_heads_(n_kv_heads),
+    : n_layers_(n_layers),
+      n_kv_heads_(n_kv_heads),
       head_dim_(head_dim),
       capacity_(capacity),
       type_(type),
@@ -50,6 +51,22 @@ void KvCache::write(int layer, int64_t first_position, int64_t n, const float* k
       }
     }
   }
+}
+
+void KvCache::copy_prefix(const KvCache& source, int64_t n) {
+  if (source.n_layers_ != n_layers_ || source.n_kv_heads_ != n_kv_heads_ ||
+      source.head_dim_ != head_dim_ || source.type_ != type_)
+    fail("KV cache copy between caches of different shapes or element types");
+  if (n < 0 || n > source.capacity_ || n > capacity_)
+    fail("KV cache copy of {} positions between caches of {} and {}", n, source.capacity_, capacity_);
+  const size_t row_bytes = size_t(head_dim_) * element_bytes_;
+  for (int layer = 0; layer < n_layers_; ++layer)
+    for (size_t half = 0; half < 2; ++half)  // keys, then values
+      for (int h = 0; h < n_kv_heads_; ++h)
+        std::memcpy(layer_keys(layer) + half * layer_bytes_ + size_t(h) * size_t(capacity_) * row_bytes,
+                    source.layer_keys(layer) + half * source.layer_bytes_ +
+                        size_t(h) * size_t(source.capacity_) * row_bytes,
+                    size_t(n) * row_bytes);
 }
 
 attention::LayerCache KvCache::layer(int layer) const {

@@ -21,11 +21,15 @@ class KvCache {
 
   // Stores keys/values [n][n_kv_heads][head_dim] at positions [first_position, first_position + n).
   void write(int layer, int64_t first_position, int64_t n, const float* keys, const float* values);
+  // Copies positions [0, n) of every layer from `source`, a cache of the same
+  // layers, heads, head size and element type.
+  void copy_prefix(const KvCache& source, int64_t n);
   attention::LayerCache layer(int layer) const;
 
  private:
   uint8_t* layer_keys(int layer) const { return storage_.data() + 2 * size_t(layer) * layer_bytes_; }
 
+  int n_layers_ = 0;
   int n_kv_heads_ = 0;
   int head_dim_ = 0;
   int64_t capacity_ = 0;
