@@ -30,19 +30,19 @@ constexpr int kMaxHeadsPerDecodeBlock = 16;  // rows of one m16n8k16 tile
 // Smallest key range of a split: dense passes (dense attention, the
 // anchor's score pass) 256 keys, so that batch 1 does not run 64 splits of
 // 128 keys (two-warp blocks: four chunks per warp, then a 64-way merge);
-// sparse passes 128 (run 13: 256 made batch-1 reuse slower).
+// sparse passes 128 (256 made batch-1 reuse slower).
 constexpr int kMinKeysPerDenseSplit = 256;
 constexpr int kMinKeysPerSparseSplit = 128;
 // At most this many splits in a dense pass: at batch 1 more only add merge
-// work (run 29, dense at 32K / 64K / 128K: 0.051 / 0.082 / 0.140 ms with
+// work (dense at 32K / 64K / 128K: 0.051 / 0.082 / 0.140 ms with
 // 128-132 splits, 0.049 / 0.078 / 0.136 with 32).
 constexpr int64_t kMaxDenseSplits = 32;
 
 // A/B switches for device runs, read once: KASCADE_SCORE_LAYOUT=rows keeps
-// the anchor's raw scores one row per head (the layout before run 13), =keys
-// forces key-major; KASCADE_MIN_SPLIT_KEYS overrides the dense split floor;
-// KASCADE_DECODE_PDL=0 launches every decode kernel plainly (the split merge
-// before run 22, the small-batch selection and sparse pass before run 48).
+// the anchor's raw scores one row per head at every batch, =keys forces
+// key-major; KASCADE_MIN_SPLIT_KEYS overrides the dense split floor;
+// KASCADE_DECODE_PDL=0 launches every decode kernel plainly (no programmatic
+// dependent launches).
 int score_layout_override() {  // 0: by batch, 1: rows, 2: keys
   static const int layout = [] {
     const char* value = std::getenv("KASCADE_SCORE_LAYOUT");
@@ -54,7 +54,7 @@ int score_layout_override() {  // 0: by batch, 1: rows, 2: keys
 }
 
 // Key-major scores from this many (sequence, KV head) rows up, and only for
-// groups of a multiple of 4 heads (no padded record slots). Run 14: at batch
+// groups of a multiple of 4 heads (no padded record slots). At batch
 // 64 (512 rows) key-major anchors are 1-2 % faster; at batch 1 and 8 (8 and 64
 // rows, a pooled selection of few blocks) the row layout is 5-18 % faster.
 constexpr int64_t kKeyMajorMinSets = 256;
@@ -75,12 +75,12 @@ int min_dense_split_keys() {
 
 // Decode kernels as programmatic dependent launches: a kernel's launch and
 // block scheduling overlap the end of the one before it. Always for the split
-// merge (run 22: 1.4-2.3 us off a dense pass at batch 1 and 8); for the
+// merge (1.4-2.3 us off a dense pass at batch 1 and 8); for the
 // pooled selection and the sparse pass after it only when the selection has
-// fewer rows than multiprocessors (run 48: 2-6 % off an anchor at batch 1, up
+// fewer rows than multiprocessors (2-6 % off an anchor at batch 1, up
 // to 3 % at batch 8, but 0.3-2 % slower at batch 64). A call's first kernel
 // is launched plainly: as a dependent of the previous call's last kernel it
-// made 32 chained layers 8-10 % slower (run 48).
+// made 32 chained layers 8-10 % slower.
 bool programmatic_launches() {
   static const bool programmatic = [] {
     const char* value = std::getenv("KASCADE_DECODE_PDL");

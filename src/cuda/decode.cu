@@ -555,8 +555,9 @@ struct RowBlocks {
 // sum_i 2^(max_i - lse_i)]; that key range is cut into 4096 equal bins.
 // Pass 1 pools (reading the g score rows once) and histograms the pooled
 // values, keeping each key's bin (2 bytes): the bin holding the k-th largest
-// key is then known. (Until run 44 it kept the 4-byte pooled values, always in
-// DRAM: a third of the kernel's traffic at batch 64 and 32K.)
+// key is then known. (The 4-byte pooled values themselves would not stay in
+// the L2 until pass 2: writing and reading them back from DRAM was a third of
+// the kernel's traffic at batch 64 and 32K.)
 // Pass 2, in index order over the bins, sends keys above that bin to a
 // scratch list (with the number of bin keys before each) and the bin's own
 // keys to shared memory; their exact pooled values are recomputed from the
@@ -661,7 +662,7 @@ __global__ void __launch_bounds__(kPooledThreads, 2) pooled_select_decode_kernel
     // Key-major records: lane l takes keys base + 32 e + l (e < kKeys), so every
     // load instruction reads 32 consecutive records; the heads are summed in
     // the same order as the row layout's loop (identical pooled values).
-    constexpr int kKeys = 4;  // 8: 2 % slower (run 13, 128-byte spill), no faster at 512 threads (run 50)
+    constexpr int kKeys = 4;  // 8: spills at the 64-register cap; 2 % slower at 256 threads, no faster at 512
     const int warp_id = tid >> 5;
     for (int base = begin + warp_id * 32 * kKeys; base < end; base += kPooledThreads * kKeys) {
       float sum[kKeys] = {};
@@ -999,10 +1000,10 @@ void launch_decode_merge(const DecodeParams& params, DType dtype, int head_dim, 
 void launch_pooled_select_decode(const PooledSelectParams& params, bool programmatic, cudaStream_t stream) {
   // At small batch rows of the longest sequence's length (score_stride) are
   // cut into segments of at least kMinPooledSegment keys, into no more blocks
-  // than multiprocessors (run 39: batch 8 at 8K and 32K lost 2-23 % to
-  // clusters of 4 blocks, batch 1 at 8K 12 % to clusters of 8). Cutting rows
-  // further only to keep every segment's bins in shared memory was slower
-  // than one block per row with the bins in DRAM (run 44: batch 64 at 64K
+  // than multiprocessors (without those limits batch 8 at 8K and 32K lost
+  // 2-23 % to clusters of 4 blocks, batch 1 at 8K 12 % to clusters of 8).
+  // Cutting rows further only to keep every segment's bins in shared memory
+  // was slower than one block per row with the bins in DRAM (batch 64 at 64K
   // and 128K, batch 8 at 128K).
   constexpr int64_t kMinPooledSegment = 8192;
   const int rows = params.batch * params.n_kv_heads;

@@ -5,8 +5,7 @@
 //
 // All of them run on the Hopper core (wgmma + TMA, warp-specialised;
 // wgmma_prefill_kernel and wgmma_tile_select_kernel below, layouts in
-// wgmma_common.cuh) for head_dim 64, 128 and 256. (Until run 42 of
-// docs/cuda_results.md an mma.sync m16n8k16 core served the other head dims.)
+// wgmma_common.cuh) for head_dim 64, 128 and 256.
 //
 // A block holds 128 rows of one KV head (the LSE pass: 256, two query tiles
 // on one key stream): row r is query q0 + r / g of head r % g, so the g heads
@@ -51,7 +50,7 @@ __device__ __forceinline__ RowInfo row_info(int row, int q0, int block_queries, 
 // fastest): all query blocks of one KV head, heaviest first (causal work
 // grows with the position), then the next head. The blocks running together
 // then read one head's K/V rows, which fit the L2, rather than all heads'
-// (gathering passes since run 23, the causal passes since run 58: -2..-4 %).
+// (an anchor 2-4 % faster than with all heads of a query block together).
 struct BlockWork {
   int b = 0, kv_head = 0, row_base = 0, q_block = 0;
 };
@@ -135,7 +134,7 @@ __device__ __forceinline__ float exponentiate_row(float (&scores)[kCount], int r
 // Copies the even or odd (`parity`) 16-byte pieces of block row `row` of a
 // Hopper query tile (zeros for a padding row). Two neighbouring threads share
 // a row, so a warp's copies read whole 32-byte sectors, and each thread
-// divides by the group size once instead of once per piece (run 26).
+// divides by the group size once instead of once per piece.
 template <typename T, int kDim, typename Params>  // PrefillParams or TileSelectParams
 __device__ __forceinline__ void copy_query_row(const Params& p, int b, int q0, int block_queries, int kv_head,
                                                int seq_len, int row_base, int row, int parity, uint32_t tile) {
@@ -211,8 +210,9 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
       // the swizzled offsets of its rows (the swizzle repeats every 8 rows)
       // are computed once, and rows past the keys repeat the block's last key
       // (masked: their probabilities are exact zeros), so that a copy is a
-      // shuffle, a multiply-add and the copy. At 21 instructions per copy the
-      // producer issued a third of the block's instructions (run 23).
+      // shuffle, a multiply-add and the copy. Computed per copy, the
+      // addresses took 21 instructions a copy; the producer then issued a
+      // third of the block's instructions and its issue rate bounded the pass.
       constexpr int kRowsPerWarp = kChunk / 4;    // 32, or 16 in 64-key chunks
       constexpr int kPieces = kDim / 8;           // 16-byte pieces of a row
       constexpr int kRowLanes = 32 / kPieces;     // rows one warp instruction copies
@@ -306,7 +306,7 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
   const int unmasked_keys = kKeys == PrefillKeys::Causal ? q0 + 1 : keys.n_selected + 1;
   // Row r sees the keys [0, visible_keys[r]) of the list: the causal prefix
   // up to its query, or the selected keys and its tile's keys up to its
-  // query; none for a padding row. One compare per masked score (run 26).
+  // query; none for a padding row. One compare per masked score.
   int visible_keys[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -336,7 +336,7 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
   };
   // Masks the scores of chunk c that a row may not see: only in chunks that
   // reach past the block's first query (rows past the sequence are never
-  // stored, so they need no mask). One compare per masked score (run 26).
+  // stored, so they need no mask). One compare per masked score.
   auto mask_scores = [&](int c, float (&scores)[kChunk / 2]) {
     const int key0 = c * kChunk;
     if (key0 + kChunk > unmasked_keys) {
@@ -383,8 +383,8 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
   // stage, which the caller releases only after this, the references move to
   // the running maxima and the chunk is exponentiated again. Returns whether
   // the references moved; then rescale[r] is row r's factor for its
-  // accumulators. (Run 55 moved references only past a slack of 8 but took
-  // a maximum per chunk; run 69 dropped it in the LSE pass, run 70 here.)
+  // accumulators. (Taking each chunk's row maxima first, one more instruction
+  // per score, made the attending passes 3-8 % slower.)
   constexpr float kSumLimit = 32768.f;  // 2^15
   auto exponentiate = [&](int r, float (&scores)[kChunk / 2]) {
     return exponentiate_row<true>(scores, r, p.scale_log2, SoftmaxState::finite_max(state[r].max));
@@ -602,15 +602,17 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
 
 // Anchor tile selection on the Hopper core (head_dim 64, 128, 256).
 // Persistent blocks take items from an atomic counter, head by head, largest
-// tiles first (run 58); an item is SelectConfig::kUnits neighbouring tiles of
-// one KV head, streamed against one sequence of key chunks (run 64). For each
-// of its tiles the block accumulates the pooled scores over the keys [0, s)
-// into a slot of s floats and radix-selects budget(s) of them. It computes
-// S^T = K Q^T: warpgroup w takes keys [64 (w % 2), 64 (w % 2) + 64) of a
-// 128-key chunk against the 128 query rows of tile w / 2, so a key's pooled
-// score sum_rows 2^(s - lse_row) is a sum along one accumulator row (32
-// values in a thread, then two shuffles) and no cross-warp reduction is
-// needed. Thread 0 issues the key chunks by TMA, kStages - 1 ahead. Tiles
+// tiles first, so that the blocks running together read one head's keys
+// from the L2; an item is SelectConfig::kUnits neighbouring tiles of one KV
+// head, streamed against one sequence of key chunks (each chunk is loaded
+// once for all of them). For each of its tiles the block accumulates the
+// pooled scores over the keys [0, s) into a slot of s floats and
+// radix-selects budget(s) of them. It computes S^T = K Q^T: warpgroup w
+// takes keys [64 (w % 2), 64 (w % 2) + 64) of a 128-key chunk against the
+// 128 query rows of tile w / 2, so a key's pooled score
+// sum_rows 2^(s - lse_row) is a sum along one accumulator row (32 values in
+// a thread, then two shuffles) and no cross-warp reduction is needed.
+// Thread 0 issues the key chunks by TMA, kStages - 1 ahead. Tiles
 // whose rows span several 128-row blocks take one pass over the keys per row
 // block, adding into their slots.
 template <typename T, int kDim>
@@ -754,7 +756,7 @@ __global__ void __launch_bounds__(hopper::SelectConfig<kDim>::kThreads, 1)
         const bool computes = active && c * kChunk + 64 * half < s;
         // The earlier passes' sums of this thread's two keys, loaded before
         // the products so that the load's latency hides under them rather
-        // than stalling the store after them (run 26).
+        // than stalling the store after them.
         const int key0 = c * kChunk + 64 * half + 16 * warp + quad_row;  // + 8 r
         float earlier[2] = {0.f, 0.f};
         if (computes && pass > 0 && quad_col == 0) {

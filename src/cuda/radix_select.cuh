@@ -178,8 +178,7 @@ __device__ __forceinline__ void load_run(const float* values, int n, int first, 
 // order. All threads of the block must call it; it ends with a barrier.
 // kRun: consecutive values a thread takes per round of the final pass (more
 // loads in flight for more registers). Out of line: inlined into the tile
-// selection, its registers pushed that kernel's streaming loop into spills
-// (run 68).
+// selection, its registers pushed that kernel's streaming loop into spills.
 template <int kThreads, int kRun = 8>
 __device__ __noinline__ void select_top_k_block(const float* values, int n, int k, int* out,
                                                 RadixSelectShared<kThreads>& shared) {

@@ -3,7 +3,7 @@
 // that exp2 is a single instruction; a state is (max, sum of 2^(s - max)),
 // and an output accumulator in the same scale travels beside it. `max` may
 // trail the true maximum (the prefill passes move it only on a row's first
-// chunk and when a chunk's sum passes 2^15, run 70): every use holds for any
+// chunk and when a chunk's sum passes 2^15): every use holds for any
 // reference.
 #pragma once
 

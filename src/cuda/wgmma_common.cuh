@@ -65,10 +65,12 @@ struct Config {
   using Tile = AttentionTiles<kDim>;
   // The LSE pass (no values) up to head_dim 128 streams each key chunk once
   // for two 128-row query tiles (units): four consumer warpgroups, half the
-  // key loads of two independent blocks (run 71; the selection does the same
-  // since run 64). Four warpgroups, not two, per multiprocessor keep the
-  // exponential unit busy while some wait on their products (timeline, run
-  // 54; two blocks of two: run 56). Such a block has one producer warp after
+  // key loads of two independent blocks (the selection streams two tiles the
+  // same way). Four warpgroups, not two, per multiprocessor keep the
+  // exponential unit busy while some wait on their products (per-block clock
+  // timelines showed two warpgroups waiting on their products together; two
+  // blocks of two keep four too, but load every key chunk twice: anchors 2-5 %
+  // slower). Such a block has one producer warp after
   // the consumer warpgroups (wgmma needs warpgroup-aligned warps) and no
   // register moves: 544 threads x 120 registers fit the register file.
   // Otherwise a producer warpgroup comes first and hands registers to the
@@ -98,7 +100,7 @@ struct Params {
 
 // The anchor's tile selection. An item is kUnits neighbouring tiles of one
 // KV head: two up to head_dim 128, so that each key tile brought into shared
-// memory serves both (half the key loads per tile, run 64); one at 256, whose
+// memory serves both (half the key loads per tile); one at 256, whose
 // query tiles are twice the size. Two warpgroups per tile (keys [0, 64) and
 // [64, 128) of a chunk), one block per multiprocessor, the query tiles and
 // kStages key stages in shared memory (the radix select's state reuses the
@@ -137,7 +139,7 @@ __device__ __forceinline__ uint64_t descriptor_mn_major(uint32_t address, uint32
 // one 32-bit add on the start-address field (address >> 4 in the low 14
 // bits; shared memory ends below 256 KB, so the add never carries out of
 // it). Rebuilding every k-step's descriptors from the address cost 36-84 of
-// the 388-710 instructions of a consumer's chunk (run 26).
+// the 388-710 instructions of a consumer's chunk.
 __device__ __forceinline__ uint64_t descriptor_advance(uint64_t descriptor, uint32_t bytes) {
   return (descriptor & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(descriptor) + (bytes >> 4));
 }
