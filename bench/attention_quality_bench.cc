@@ -84,11 +84,7 @@ int main(int argc, char** argv) {
     std::vector<int32_t> prompt;
     while (int64_t(prompt.size()) < n_tokens)
       prompt.push_back(text_tokens[prompt.size() % text_tokens.size()]);
-    if (profile_path.empty()) {
-      const std::string shipped = fmt::format("{}/profiles/{}.json", KASCADE_SOURCE_DIR,
-                                              std::filesystem::path(model_path).stem().string());
-      if (std::filesystem::exists(shipped)) profile_path = shipped;
-    }
+    if (profile_path.empty()) profile_path = model::shipped_profile_path(model_path);
 
     std::map<std::string, Collector> results;
     for (const std::string& name : strategies) {

@@ -2,7 +2,7 @@
 // time goes (weight products vs attention) per prompt length and attention
 // strategy. Prints one table; medians over --repeats runs.
 //
-//   model_bench [--model PATH] [--lengths 512,2048,8192] [--strategies dense,kascade]
+//   model_bench [--model PATH] [--lengths 512,2048,8192] [--strategies dense,kascade,kascade-refine3]
 //               [--chunks 512,1024] [--threads 2] [--decode-tokens 32] [--repeats 3]
 #include <algorithm>
 #include <fstream>
@@ -18,6 +18,7 @@
 #include "core/memory.h"
 #include "core/model_cache.h"
 #include "core/timer.h"
+#include "eval/strategy_spec.h"
 #include "model/fingerprint.h"
 #include "model/model.h"
 #include "ops/threading.h"
@@ -88,7 +89,7 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--profile", profile_path, "Kascade profile (default: evenly spread anchors)");
+  app.add_option("--profile", profile_path, "Kascade profile (default: the shipped one if present)");
   app.add_option("--budget", budget)->capture_default_str();
   app.add_option("--threads", threads)->capture_default_str();
   app.add_option("--decode-tokens", decode_tokens)->capture_default_str()->check(CLI::PositiveNumber);
@@ -98,37 +99,38 @@ int main(int argc, char** argv) {
     ops::configure_threads(threads);
     const model::Model model = model::Model::load(model_path);
     const model::Config& config = model.config();
-    std::vector<attention::StrategyOptions> strategy_options;
+    // Entries as `kascade eval` names them (kascade-refine3, kascade-decode-only, ...).
+    if (profile_path.empty()) profile_path = model::shipped_profile_path(model_path);
+    std::vector<eval::StrategySpec> specs;
     for (const std::string& name : strategies) {
-      attention::StrategyOptions& options = strategy_options.emplace_back();
-      options.name = name;
-      options.budget_percent = budget;
-      if (name == "kascade" && !profile_path.empty())
-        options.profile = model::load_checked_profile(profile_path, config.attention_shape(), model.file());
+      eval::StrategySpec& spec = specs.emplace_back(eval::parse_strategy_spec(name, budget));
+      if (spec.options.name == "kascade" && !profile_path.empty())
+        spec.options.profile = model::load_checked_profile(profile_path, config.attention_shape(), model.file());
     }
     fmt::print("model {} ({} layers, {} heads / {} KV heads, d {}), {} threads, KV f16, medians of {} runs, "
                "{} decode tokens after the prompt\n\n",
                config.name, config.n_layers, config.n_heads, config.n_kv_heads, config.head_dim, threads, repeats,
                decode_tokens);
-    fmt::print("| {:>6} | {:>5} | {:<10} | {:>12} | {:>9} | {:>9} | {:>11} | {:>9} | {:>9} | {:>9} |\n", "prompt",
+    fmt::print("| {:>6} | {:>5} | {:<22} | {:>12} | {:>9} | {:>9} | {:>11} | {:>9} | {:>9} | {:>9} |\n", "prompt",
                "chunk", "attention", "prefill t/s", "matmul %", "attn %", "decode t/s", "matmul %", "attn %", "peak MiB");
-    fmt::print("|{:-<8}|{:-<7}|{:-<12}|{:-<14}|{:-<11}|{:-<11}|{:-<13}|{:-<11}|{:-<11}|{:-<11}|\n", "", "", "", "", "",
+    fmt::print("|{:-<8}|{:-<7}|{:-<24}|{:-<14}|{:-<11}|{:-<11}|{:-<13}|{:-<11}|{:-<11}|{:-<11}|\n", "", "", "", "", "",
                "", "", "", "", "");
     for (const int64_t length : lengths) {
       if (length + decode_tokens > config.context_length)
         kascade::fail("length {} + {} decode tokens exceeds the model's context {}", length, decode_tokens,
                       config.context_length);
       for (const int64_t chunk : chunks) {
-        for (const attention::StrategyOptions& options : strategy_options) {
+        for (const eval::StrategySpec& spec : specs) {
           std::vector<Measurement> runs;
-          for (int r = 0; r < repeats; ++r) runs.push_back(run_once(model, options, length, chunk, decode_tokens, 42 + r));
+          for (int r = 0; r < repeats; ++r)
+            runs.push_back(run_once(model, spec.options, length, chunk, decode_tokens, 42 + r));
           auto med = [&](auto field) {
             std::vector<double> values;
             for (const Measurement& m : runs) values.push_back(double(m.*field));
             return median(values);
           };
-          fmt::print("| {:>6} | {:>5} | {:<10} | {:>12.1f} | {:>9.1f} | {:>9.1f} | {:>11.1f} | {:>9.1f} | {:>9.1f} | {:>9.0f} |\n",
-                     length, chunk, options.name, med(&Measurement::prefill_tokens_per_second),
+          fmt::print("| {:>6} | {:>5} | {:<22} | {:>12.1f} | {:>9.1f} | {:>9.1f} | {:>11.1f} | {:>9.1f} | {:>9.1f} | {:>9.0f} |\n",
+                     length, chunk, spec.label, med(&Measurement::prefill_tokens_per_second),
                      100 * med(&Measurement::prefill_matmul_share), 100 * med(&Measurement::prefill_attention_share),
                      med(&Measurement::decode_tokens_per_second), 100 * med(&Measurement::decode_matmul_share),
                      100 * med(&Measurement::decode_attention_share),

@@ -18,7 +18,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "attention/kascade_profile.h"
 #include "calibration/anchor_search.h"
 #include "calibration/attention_statistics.h"
 #include "calibration/calibrate.h"
@@ -26,6 +25,7 @@
 #include "calibration/report.h"
 #include "core/error.h"
 #include "core/model_cache.h"
+#include "kascade/profile.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -149,13 +149,13 @@ TEST(HeadMap, IdentityOnAnchorsArgmaxElsewhereTiesToLowerHead) {
 // The calibration strategy against a naive reference.
 
 struct Synthetic {
-  attention::Shape shape;
+  kascade::Shape shape;
   int64_t n = 0;
   std::vector<std::vector<float>> queries;       // per layer [n][H][d]
   std::vector<std::vector<float>> keys, values;  // per layer [G][n][d]
 };
 
-Synthetic random_synthetic(const attention::Shape& shape, int64_t n, uint32_t seed, float query_scale) {
+Synthetic random_synthetic(const kascade::Shape& shape, int64_t n, uint32_t seed, float query_scale) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   Synthetic s{shape, n, {}, {}, {}};
@@ -296,7 +296,7 @@ Reference reference_statistics(const Synthetic& s, const StatisticsSettings& set
 
 TEST(CalibrationStrategy, MatchesNaiveReference) {
   // Odd sizes: 77 tokens (not a multiple of the tile 8), g = 2, d = 16.
-  const attention::Shape shape{4, 4, 2, 16};
+  const kascade::Shape shape{4, 4, 2, 16};
   const StatisticsSettings settings{.tile = 8, .top_k = 5, .budget_percent = 25, .min_k = 4};
   // Larger queries make attention peaky, as in real models.
   const Synthetic s = random_synthetic(shape, 77, 11, 2.0f);
@@ -327,7 +327,7 @@ TEST(CalibrationStrategy, MatchesNaiveReference) {
 }
 
 TEST(CalibrationStrategy, ChunkingDoesNotChangeTheStatistics) {
-  const attention::Shape shape{3, 6, 2, 32};
+  const kascade::Shape shape{3, 6, 2, 32};
   const StatisticsSettings settings{.tile = 16, .top_k = 8, .budget_percent = 10, .min_k = 16};
   const Synthetic s = random_synthetic(shape, 150, 5, 1.5f);
   CalibrationStrategy one(shape, settings), many(shape, settings);
@@ -345,7 +345,7 @@ TEST(CalibrationStrategy, ChunkingDoesNotChangeTheStatistics) {
 TEST(CalibrationStrategy, AgreeingSetsScoreOneAndHeadSwapsAreFound) {
   // Layer 1 repeats layer 0; layer 2 is layer 0 with its two KV heads (and
   // their query groups) swapped; layer 3 is unrelated.
-  const attention::Shape shape{4, 4, 2, 16};
+  const kascade::Shape shape{4, 4, 2, 16};
   const int64_t n = 100, d = 16, g = 2;
   Synthetic s = random_synthetic(shape, n, 3, 2.0f);
   s.queries[1] = s.queries[0];
@@ -377,7 +377,7 @@ TEST(CalibrationStrategy, AgreeingSetsScoreOneAndHeadSwapsAreFound) {
 }
 
 TEST(CalibrationStrategy, RejectsWhatItCannotMeasure) {
-  const attention::Shape shape{2, 2, 1, 8};
+  const kascade::Shape shape{2, 2, 1, 8};
   const Synthetic s = random_synthetic(shape, 16, 1, 1.0f);
   std::vector<float> out(16 * 2 * 8);
   CalibrationStrategy strategy(shape, {.tile = 4, .top_k = 2});
@@ -502,11 +502,11 @@ TEST(Calibrate, DefaultModelIsReproducibleAndConsistent) {
 
   // The profile is valid for the model, and its JSON is the same both times.
   const DevSetInfo dev{"test", content_fingerprint("x"), 100};
-  const attention::KascadeProfile profile = make_profile(first, options, 5, model, dev);
-  EXPECT_NO_THROW(attention::validate_profile(profile, model.config().attention_shape()));
+  const kascade::KascadeProfile profile = make_profile(first, options, 5, model, dev);
+  EXPECT_NO_THROW(kascade::validate_profile(profile, model.config().attention_shape()));
   EXPECT_EQ(profile.anchors, first.solution(5).anchors);
-  EXPECT_EQ(attention::profile_to_json(profile).dump(),
-            attention::profile_to_json(make_profile(second, options, 5, model, dev)).dump());
+  EXPECT_EQ(kascade::profile_to_json(profile).dump(),
+            kascade::profile_to_json(make_profile(second, options, 5, model, dev)).dump());
   EXPECT_EQ(statistics_json(first, options, 5, model, dev).dump(),
             statistics_json(second, options, 5, model, dev).dump());
 
@@ -524,7 +524,7 @@ TEST(Calibrate, DefaultModelIsReproducibleAndConsistent) {
 TEST(Calibrate, ProfileOfASlidingWindowModelCoversItsGlobalLayers) {
   const model::Model model =
       model::Model::load(std::string(KASCADE_SOURCE_DIR) + "/tests/data/logits_gemma3/tiny_gemma3.gguf");
-  const attention::Shape shape = model.config().attention_shape();
+  const kascade::Shape shape = model.config().attention_shape();
   ASSERT_EQ(shape.n_layers, 2);  // 12 layers, every sixth global
   std::mt19937 rng(3);
   std::uniform_int_distribution<int32_t> token(0, model.config().vocab_size - 1);
@@ -535,11 +535,11 @@ TEST(Calibrate, ProfileOfASlidingWindowModelCoversItsGlobalLayers) {
   options.min_anchors = 1;
   options.max_anchors = 2;
   const CalibrationResult result = calibrate(model, prompts, options);
-  const attention::KascadeProfile profile =
+  const kascade::KascadeProfile profile =
       make_profile(result, options, 1, model, DevSetInfo{"test", content_fingerprint("x"), 90});
   EXPECT_EQ(profile.model.n_layers, 2);
   EXPECT_EQ(profile.anchors, std::vector<int>{0});
-  EXPECT_NO_THROW(attention::validate_profile(profile, shape));
+  EXPECT_NO_THROW(kascade::validate_profile(profile, shape));
   options.max_anchors = 3;
   EXPECT_THROW(calibrate(model, prompts, options), Error);
 }

@@ -186,7 +186,7 @@ TEST_F(EvalOnModel, TailNllMatchesOnePassForward) {
   const std::vector<int32_t> tokens = perplexity_tokens(*corpus_, *tokenizer_, 200, 0, 1);
   ASSERT_EQ(tokens.size(), 200u);
   const int64_t tail = 12;
-  const attention::Shape shape = model_->config().attention_shape();
+  const kascade::Shape shape = model_->config().attention_shape();
   model::Sequence seq = model_->new_sequence(200, attention::KvType::F32, attention::make_dense(shape));
   const double nll = tail_nll(*model_, seq, tokens, tail, 64);
 
@@ -253,7 +253,7 @@ TEST_F(EvalOnModel, SharedDensePrefillMatchesOwnPrefill) {
   const PromptCounter count = [&](const std::string& user, const std::string& prefix) {
     return int64_t(format.encode(user, prefix).size());
   };
-  const attention::Shape shape = model_->config().attention_shape();
+  const kascade::Shape shape = model_->config().attention_shape();
   for (const SampleResult& r : run.results) {
     ASSERT_EQ(r.status, "ok") << r.error;
     const StrategySpec spec = parse_strategy_spec(r.strategy, options.budget_percent);

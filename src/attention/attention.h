@@ -14,17 +14,13 @@
 #include <string_view>
 #include <vector>
 
+#include "kascade/shape.h"
+
 namespace kascade::attention {
 
 enum class KvType { F32, F16 };
 
-struct Shape {
-  int n_layers = 0;
-  int n_heads = 0;     // H query heads
-  int n_kv_heads = 0;  // G key/value heads
-  int head_dim = 0;    // d
-  int group() const { return n_heads / n_kv_heads; }  // g = H / G
-};
+using kascade::Shape;
 
 // One layer's key/value cache, head-major: element i of the key of KV head h
 // at position p is keys[(h * capacity + p) * head_dim + i] (same for values),

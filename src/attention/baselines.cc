@@ -10,6 +10,7 @@
 #include "attention/selection.h"
 #include "attention/strategy_impl.h"
 #include "core/error.h"
+#include "kascade/budget.h"
 
 namespace kascade::attention {
 

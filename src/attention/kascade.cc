@@ -6,6 +6,8 @@
 #include "attention/selection.h"
 #include "attention/strategy_impl.h"
 #include "core/error.h"
+#include "kascade/budget.h"
+#include "kascade/schedule.h"
 
 namespace kascade::attention {
 
@@ -37,19 +39,14 @@ class KascadeStrategy final : public Strategy {
   KascadeStrategy(const StrategyOptions& options, const Shape& shape)
       : shape_(shape),
         options_(options),
-        profile_(options.profile ? *options.profile : default_profile(shape)),
-        dense_(layer_flags(options.dense_layers, {0}, shape.n_layers)),
+        schedule_(options.profile ? *options.profile : default_profile(shape), shape,
+                  ScheduleOptions{.dense_layers = options.dense_layers.value_or(std::vector<int>{0}),
+                                  .all_anchors = options.all_anchors,
+                                  .all_heads_pooled = options.all_heads_pooled,
+                                  .no_remap = options.no_remap}),
         exact_(shape),
         selector_(shape),
-        refiner_(shape) {
-    anchor_of_.resize(size_t(shape.n_layers));
-    for (int j = 0, a = 0; j < shape.n_layers; ++j) {
-      if (options.all_anchors ||
-          std::binary_search(profile_.anchors.begin(), profile_.anchors.end(), j))
-        a = j;
-      anchor_of_[j] = a;
-    }
-  }
+        refiner_(shape) {}
 
   std::string_view name() const override { return "kascade"; }
   int64_t prefill_alignment() const override {
@@ -70,20 +67,20 @@ class KascadeStrategy final : public Strategy {
       return;
     }
     units_ = make_units(step, options_.tile);
-    if (anchor_of_[j] == j) {
-      select(step, dense_[j]);  // a dense anchor's output comes with its selection
-      if (dense_[j]) return;
+    if (schedule_.is_anchor(j)) {
+      select(step, schedule_.is_dense(j));  // a dense anchor's output comes with its selection
+      if (schedule_.is_dense(j)) return;
       last_sets_ = refining() ? Sets::AnchorInner : Sets::Anchor;
-    } else if (!dense_[j] && !selected_matches(step, anchor_of_[j])) {
+    } else if (!schedule_.is_dense(j) && !selected_matches(step, schedule_.anchor_of(j))) {
       fail("kascade: layer {} reuses anchor layer {}, which has not run for this step "
            "(positions {}..{})",
-           j, anchor_of_[j], step.first_position, step.first_position + step.n_queries - 1);
-    } else if (dense_[j]) {
+           j, schedule_.anchor_of(j), step.first_position, step.first_position + step.n_queries - 1);
+    } else if (schedule_.is_dense(j)) {
       exact_.dense(step);
       return;
     } else if (refining()) {
       refiner_.refine(
-          step, units_, [&](int64_t unit, int h) { return selector_.set(unit, pool(j, h)); },
+          step, units_, [&](int64_t unit, int h) { return selector_.set(unit, schedule_.pool(j, h)); },
           [&](const Unit& unit) { return keys_kept(unit, step); });
       last_sets_ = Sets::Refined;
     } else {
@@ -118,18 +115,11 @@ class KascadeStrategy final : public Strategy {
   }
   bool refining() const { return options_.refine_factor > 1; }
 
-  // The selection pool KV head h of layer j reads.
-  int pool(int j, int h) const {
-    if (options_.all_heads_pooled) return 0;
-    if (anchor_of_[j] == j || options_.no_remap) return h;
-    return profile_.head_map[j][h];
-  }
-
   std::span<const int32_t> set_of(int64_t unit, int h) const {
     switch (last_sets_) {
-      case Sets::AnchorInner: return selector_.inner_set(unit, pool(last_layer_, h));
+      case Sets::AnchorInner: return selector_.inner_set(unit, schedule_.pool(last_layer_, h));
       case Sets::Refined: return refiner_.set(unit, h);
-      default: return selector_.set(unit, pool(last_layer_, h));
+      default: return selector_.set(unit, schedule_.pool(last_layer_, h));
     }
   }
 
@@ -181,9 +171,7 @@ class KascadeStrategy final : public Strategy {
 
   Shape shape_;
   StrategyOptions options_;
-  KascadeProfile profile_;
-  std::vector<bool> dense_;
-  std::vector<int> anchor_of_;  // [layer] -> its anchor (itself on anchors)
+  Schedule schedule_;
   ExactAttention exact_;
   Selector selector_;
   Refiner refiner_;

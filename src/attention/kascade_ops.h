@@ -9,59 +9,17 @@
 //  - Query row (t, r) is position t of the tile and head r of the KV group; it
 //    sees keys [0, first_position + t] (causal).
 //  - Index sets are ascending key indices. Top-k ties go to the lower index.
+// The budget is kascade/budget.h's, the top-k attention/rows.h's select_top_k.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "attention/rows.h"
+#include "kascade/budget.h"
+
 namespace kascade::attention {
-
-// Keys kept out of n_keys candidates at budget `percent` (KASCADE.md):
-//   min(n_keys, round_up(max(min_k, floor(percent * n_keys / 100)), round_up_to)).
-// round_up_to lets a GPU kernel that works in blocks reproduce its rounding
-// here (1 = no rounding). floor() forgives a relative 1e-9 of binary
-// round-off, so 10% of 1000 is 100, not 99.
-int64_t budget(int64_t n_keys, double percent, int64_t min_k, int64_t round_up_to = 1);
-
-// The indices of the k largest of scores[0, n), written ascending into
-// out_indices_ascending[0, k). Ties go to the lower index, so the result is
-// unique. Linear time (radix selection on the float bits). Requires 0 <= k <= n
-// and no NaN in scores; -0.0 counts as equal to +0.0.
-void select_top_k(const float* scores, int64_t n, int64_t k, int32_t* out_indices_ascending);
-
-// The query rows of one KV group for a tile of consecutive positions (prefill)
-// or one position (decode).
-struct GroupQueries {
-  const float* data = nullptr;   // row (t, r) at data + t * position_stride + r * head_stride
-  int64_t n_positions = 0;       // T for a prefill tile (fewer for the last), 1 for decode
-  int group = 1;                 // g query heads that share the KV head
-  int64_t position_stride = 0;   // elements between consecutive positions
-  int64_t head_stride = 0;       // elements between the group's consecutive heads
-  int64_t first_position = 0;    // absolute position of t = 0
-  int64_t n_rows() const { return n_positions * group; }
-  const float* row(int64_t t, int r) const { return data + t * position_stride + r * head_stride; }
-};
-
-// Where the outputs of a GroupQueries go (same row layout).
-struct GroupOutput {
-  float* data = nullptr;
-  int64_t position_stride = 0;
-  int64_t head_stride = 0;
-  float* row(int64_t t, int r) const { return data + t * position_stride + r * head_stride; }
-};
-
-// Key/value rows of one KV head: key j at keys + j * stride (same for values).
-struct KeyValueRows {
-  const float* keys = nullptr;
-  const float* values = nullptr;
-  int64_t stride = 0;
-};
-
-enum class Pooling {
-  PostSoftmax,  // sum of softmax probabilities (the method)
-  PreSoftmax,   // sum of raw scores q.k / sqrt(d) (ablation)
-};
 
 // lse[t * group + r] = log sum_{j <= first_position + t} exp(q_{t,r} . k_j / sqrt(d)).
 void row_lse(const GroupQueries& queries, const float* keys, int64_t key_stride, int head_dim,

@@ -17,7 +17,7 @@
 #include <span>
 
 #include "attention/attention.h"
-#include "attention/kascade_ops.h"
+#include "attention/rows.h"
 
 namespace kascade::attention::kernels {
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "attention/exact.h"
-#include "attention/kascade_ops.h"
 #include "attention/kernels.h"
+#include "attention/rows.h"
 
 namespace kascade::attention {
 

@@ -61,7 +61,7 @@
 #include <vector>
 
 #include "attention/attention.h"
-#include "attention/kascade_profile.h"
+#include "kascade/profile.h"
 
 namespace kascade::attention {
 

@@ -39,7 +39,7 @@ struct CalibrationStrategy::ThreadBuffers {
   std::vector<double> own_tile_mass, own_set_mass;  // per KV head
 };
 
-CalibrationStrategy::CalibrationStrategy(const attention::Shape& shape,
+CalibrationStrategy::CalibrationStrategy(const kascade::Shape& shape,
                                          const StatisticsSettings& settings)
     : shape_(shape), settings_(settings), dense_(attention::make_dense(shape)) {
   validate(settings);
@@ -150,7 +150,7 @@ void CalibrationStrategy::measure_tile(const attention::Step& step, int64_t star
   const int layer = step.layer;
   const int64_t tile_index = start / settings_.tile;
   const int64_t kept = std::min(settings_.top_k, start);
-  const int64_t budget = attention::budget(start, settings_.budget_percent, settings_.min_k);
+  const int64_t budget = kascade::budget(start, settings_.budget_percent, settings_.min_k);
   const float* all_keys = static_cast<const float*>(step.cache.keys);
 
   result.top_k_drops = kept < start;

@@ -50,7 +50,7 @@ struct PromptStatistics {
 
 class CalibrationStrategy final : public attention::Strategy {
  public:
-  CalibrationStrategy(const attention::Shape& shape, const StatisticsSettings& settings);
+  CalibrationStrategy(const kascade::Shape& shape, const StatisticsSettings& settings);
   ~CalibrationStrategy() override;
 
   std::string_view name() const override { return "calibration"; }
@@ -75,7 +75,7 @@ class CalibrationStrategy final : public attention::Strategy {
   void merge_tile(int layer, const TileResult& result);
   int32_t* index_set(int layer, int kv_head, int64_t tile_index);
 
-  attention::Shape shape_;
+  kascade::Shape shape_;
   StatisticsSettings settings_;
   std::unique_ptr<attention::Strategy> dense_;
   PromptStatistics prompt_;

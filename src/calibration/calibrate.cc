@@ -39,7 +39,7 @@ void solve_anchors(CalibrationResult& result, const CalibrationOptions& options)
 CalibrationResult calibrate(const model::Model& model, std::span<const std::vector<int32_t>> prompts,
                             const CalibrationOptions& options, const CalibrationProgress& progress) {
   const model::Config& config = model.config();
-  const attention::Shape shape = config.attention_shape();
+  const kascade::Shape shape = config.attention_shape();
   const int L = shape.n_layers, G = shape.n_kv_heads;
   validate(options, L);
   if (prompts.empty()) fail("calibration needs at least one prompt");

@@ -28,9 +28,9 @@ namespace {
 
 // The shape a profile describes is the strategy's: the global attention
 // layers only, for models that also have sliding-window layers.
-attention::ModelIdentity identity_of(const model::Model& model) {
+kascade::ModelIdentity identity_of(const model::Model& model) {
   const model::Config& c = model.config();
-  const attention::Shape shape = c.attention_shape();
+  const kascade::Shape shape = c.attention_shape();
   return {c.architecture_name, c.name, shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim};
 }
 
@@ -62,10 +62,10 @@ double lower_colour_bound(const std::vector<std::vector<double>>& values) {
 
 }  // namespace
 
-attention::KascadeProfile make_profile(const CalibrationResult& result, const CalibrationOptions& options,
+kascade::KascadeProfile make_profile(const CalibrationResult& result, const CalibrationOptions& options,
                                        int chosen_anchors, const model::Model& model, const DevSetInfo& dev_set) {
   const AnchorSolution& chosen = result.solution(chosen_anchors);
-  attention::KascadeProfile profile;
+  kascade::KascadeProfile profile;
   profile.model = identity_of(model);
   profile.weights_fingerprint = model::weights_fingerprint(model.file());
   profile.calibration.dev_set = dev_set.name;
@@ -87,7 +87,7 @@ attention::KascadeProfile make_profile(const CalibrationResult& result, const Ca
 json statistics_json(const CalibrationResult& result, const CalibrationOptions& options, int chosen_anchors,
                      const model::Model& model, const DevSetInfo& dev_set) {
   const int L = result.n_layers, G = result.n_kv_heads;
-  const attention::ModelIdentity m = identity_of(model);
+  const kascade::ModelIdentity m = identity_of(model);
   json out;
   out["model"] = {{"architecture", m.architecture}, {"name", m.name},         {"n_layers", m.n_layers},
                   {"n_heads", m.n_heads},           {"n_kv_heads", m.n_kv_heads}, {"head_dim", m.head_dim}};

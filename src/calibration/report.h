@@ -1,4 +1,4 @@
-// What calibration writes: the Kascade profile (attention/kascade_profile.h
+// What calibration writes: the Kascade profile (kascade/profile.h
 // owns its format), a statistics file with everything the profile has no
 // field for (head-pair similarities, the head map of every anchor count,
 // sparsity), and PNG pictures of the similarity matrix, layer importance and
@@ -11,8 +11,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "attention/kascade_profile.h"
 #include "calibration/calibrate.h"
+#include "kascade/profile.h"
 #include "model/model.h"
 
 namespace kascade::calibration {
@@ -29,7 +29,7 @@ std::string content_fingerprint(std::string_view bytes);
 
 // The profile whose active anchors and head map are the solution with
 // `chosen_anchors` anchors; the statistics and every count's DP score ride along.
-attention::KascadeProfile make_profile(const CalibrationResult& result, const CalibrationOptions& options,
+kascade::KascadeProfile make_profile(const CalibrationResult& result, const CalibrationOptions& options,
                                        int chosen_anchors, const model::Model& model, const DevSetInfo& dev_set);
 
 nlohmann::json statistics_json(const CalibrationResult& result, const CalibrationOptions& options,

@@ -14,7 +14,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "attention/kascade_profile.h"
 #include "calibration/calibrate.h"
 #include "calibration/dev_set.h"
 #include "calibration/report.h"
@@ -24,6 +23,7 @@
 #include "core/model_cache.h"
 #include "core/progress.h"
 #include "core/timer.h"
+#include "kascade/profile.h"
 #include "model/model.h"
 #include "ops/threading.h"
 #include "tokenizer/tokenizer.h"
@@ -162,7 +162,7 @@ void run_calibrate(const CalibrateArgs& args) {
   const calibration::DevSetInfo dev_set{args.dev_set == kBuiltinDevSet ? "builtin" : args.dev_set,
                                         calibration::content_fingerprint(read_file(args.dev_set, "dev set")),
                                         max_tokens};
-  attention::save_profile(calibration::make_profile(result, options, args.choose, model, dev_set), args.out);
+  kascade::save_profile(calibration::make_profile(result, options, args.choose, model, dev_set), args.out);
   if (!args.stats.empty())
     write_file(args.stats, calibration::statistics_json(result, options, args.choose, model, dev_set).dump(2) + "\n",
                "statistics");

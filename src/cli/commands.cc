@@ -13,7 +13,6 @@
 
 #include <fmt/format.h>
 
-#include "attention/kascade_profile.h"
 #include "attention/strategies.h"
 #include "cli/demo_prompt.h"
 #include "core/error.h"
@@ -22,6 +21,7 @@
 #include "core/model_cache.h"
 #include "core/progress.h"
 #include "engine/generate.h"
+#include "kascade/profile.h"
 #include "model/fingerprint.h"
 #include "model/model.h"
 #include "ops/threading.h"
@@ -94,7 +94,7 @@ void run_generate(const GenerateArgs& args) {
 
   attention::StrategyOptions strategy_options = args.attention;
   if (strategy_options.name == "kascade")
-    strategy_options.profile = resolve_kascade_profile(args.profile, args.model, model, args.quiet);
+    strategy_options.profile = model::resolve_profile(args.profile, args.model, model, args.quiet);
   model::Sequence seq =
       model.new_sequence(capacity, args.kv_type == "f16" ? attention::KvType::F16 : attention::KvType::F32,
                          attention::make_strategy(strategy_options, config.attention_shape()));
@@ -162,24 +162,6 @@ void run_info(const std::string& path) {
 }
 
 }  // namespace
-
-attention::KascadeProfile resolve_kascade_profile(const std::string& profile_path, const std::string& model_path,
-                                                 const model::Model& model, bool quiet) {
-  const attention::Shape shape = model.config().attention_shape();
-  std::string path = profile_path;
-  if (path.empty()) {
-    const std::string shipped = fmt::format("{}/profiles/{}.json", KASCADE_SOURCE_DIR,
-                                            std::filesystem::path(model_path).stem().string());
-    if (std::filesystem::exists(shipped)) path = shipped;
-  }
-  if (path.empty()) {
-    if (!quiet)
-      fmt::print(stderr, "kascade: no calibration profile for this model (run `kascade calibrate`); "
-                         "using evenly spread anchors\n");
-    return attention::default_profile(shape);
-  }
-  return model::load_checked_profile(path, shape, model.file());
-}
 
 CLI::Validator count_flag(int64_t max) {
   return CLI::Validator(

@@ -7,7 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "attention/kascade_profile.h"
+#include "kascade/profile.h"
 #include "model/model.h"
 
 namespace kascade::cli {
@@ -24,12 +24,5 @@ inline constexpr int64_t kMaxThreads = 1024;
 // Checks a count flag: a whole number in [0, max] (CLI::NonNegativeNumber
 // would print its bound as a 309-digit number).
 CLI::Validator count_flag(int64_t max);
-
-// The calibration profile for a kascade run: `profile_path` when given, else
-// the one shipped for the model (profiles/<model file stem>.json), else evenly
-// spread anchors (with a warning unless quiet). A profile made for other
-// weights is an error naming the profile.
-attention::KascadeProfile resolve_kascade_profile(const std::string& profile_path, const std::string& model_path,
-                                                 const model::Model& model, bool quiet);
 
 }  // namespace kascade::cli

@@ -14,6 +14,7 @@
 #include "core/progress.h"
 #include "eval/harness.h"
 #include "eval/report.h"
+#include "model/fingerprint.h"
 #include "ops/threading.h"
 #include "tokenizer/tokenizer.h"
 
@@ -66,7 +67,7 @@ void run_eval_command(EvalArgs& args) {
   const eval::EvalPlan plan = eval::plan_eval(options, model.config().context_length);
   for (const eval::StrategySpec& spec : plan.strategies)
     if (spec.options.name == "kascade") {
-      options.kascade_profile = resolve_kascade_profile(args.profile, args.model, model, args.quiet);
+      options.kascade_profile = model::resolve_profile(args.profile, args.model, model, args.quiet);
       break;
     }
 

@@ -207,7 +207,7 @@ void validate_prefill_sets(const PrefillIndexSets& sets, const char* name) {
 }  // namespace
 
 int64_t budget_keys(const Budget& budget, int64_t n) {
-  return detail::budget_of(budget.percent, budget.min_keys, n);
+  return kascade::budget(n, budget.percent, budget.min_keys);
 }
 
 PrefillIndexLayout prefill_index_layout(int max_seq_len, int tile, const Budget& budget) {

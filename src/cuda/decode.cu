@@ -592,7 +592,7 @@ __global__ void __launch_bounds__(kPooledThreads, 2) pooled_select_decode_kernel
   const int segment = ((n + blocks - 1) / blocks + 15) / 16 * 16;
   const int begin = min(n, rank * segment);
   const int end = min(n, begin + segment);
-  const int k = static_cast<int>(budget_of(p.budget.percent, p.budget.min_keys, n));
+  const int k = static_cast<int>(kascade::budget(n, p.budget.percent, p.budget.min_keys));
   const int64_t head_row0 = int64_t(b) * p.n_heads + int64_t(kv_head) * p.group;
   const int64_t set_row = int64_t(b) * p.n_kv_heads + kv_head;
   int* out = p.indices + set_row * p.index_stride;

@@ -11,24 +11,10 @@
 #include <type_traits>
 
 #include "cuda/kascade_cuda.h"
+#include "kascade/budget.h"
 
-#if defined(__CUDACC__)
-#define KASCADE_HOST_DEVICE __host__ __device__
-#else
-#define KASCADE_HOST_DEVICE
-#endif
 
 namespace kascade::cuda::detail {
-
-// budget(n) = min(n, max(min_keys, floor(percent * n / 100))), the same
-// expression as attention::budget (whose floor forgives a relative 1e-9 of
-// round-off), evaluated identically on host and device.
-KASCADE_HOST_DEVICE inline int64_t budget_of(double percent, int64_t min_keys, int64_t n) {
-  const double share = percent * static_cast<double>(n) / 100.0;
-  const int64_t floored = static_cast<int64_t>(::floor(share + share * 1e-9));
-  const int64_t keys = floored > min_keys ? floored : min_keys;
-  return keys < n ? keys : n;
-}
 
 // Rows of a prefill block: row r is query q0 + r / g of head r % g, so a
 // group has at most this many heads (api.cc's validate enforces it).

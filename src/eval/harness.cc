@@ -201,7 +201,7 @@ EvalRun run_eval(const model::Model& model, const tokenizer::Tokenizer& tokenize
   run.plan = plan_eval(options, config.context_length);
   run.model_name = config.name;
   run.context_length = config.context_length;
-  const attention::Shape shape = config.attention_shape();
+  const kascade::Shape shape = config.attention_shape();
   for (StrategySpec& spec : run.plan.strategies) {
     if (spec.options.name == "kascade") spec.options.profile = options.kascade_profile;
     attention::make_strategy(spec.options, shape);  // invalid options fail here, before any work

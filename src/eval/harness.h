@@ -19,10 +19,10 @@
 #include <string_view>
 #include <vector>
 
-#include "attention/kascade_profile.h"
 #include "eval/corpus.h"
 #include "eval/strategy_spec.h"
 #include "eval/tasks.h"
+#include "kascade/profile.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -44,7 +44,7 @@ struct EvalOptions {
   attention::KvType kv_type = attention::KvType::F16;
   int64_t prefill_chunk = 512;
   // Used by every kascade entry; unset: evenly spread anchors.
-  std::optional<attention::KascadeProfile> kascade_profile;
+  std::optional<kascade::KascadeProfile> kascade_profile;
 };
 
 // "1k" = 1024, "8K" = 8192, "1500" = 1500. Throws Error on anything else.

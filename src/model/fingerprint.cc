@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "model/model.h"
 
 namespace kascade::model {
 namespace {
@@ -44,15 +46,34 @@ std::string weights_fingerprint(const gguf::File& file) {
   return fmt::format("fnv1a64:{:016x}", hash.value());
 }
 
-attention::KascadeProfile load_checked_profile(const std::string& path, const attention::Shape& shape,
+kascade::KascadeProfile load_checked_profile(const std::string& path, const kascade::Shape& shape,
                                                const gguf::File& file) {
-  attention::KascadeProfile profile = attention::load_profile(path, shape);
+  kascade::KascadeProfile profile = kascade::load_profile(path, shape);
   try {
-    attention::check_fingerprint(profile, weights_fingerprint(file));
+    kascade::check_fingerprint(profile, weights_fingerprint(file));
   } catch (const Error& e) {
     fail("{}: {}", path, e.what());  // the profile may have been picked implicitly: name it
   }
   return profile;
+}
+
+std::string shipped_profile_path(const std::string& model_path) {
+  const std::string path = fmt::format("{}/profiles/{}.json", KASCADE_SOURCE_DIR,
+                                       std::filesystem::path(model_path).stem().string());
+  return std::filesystem::exists(path) ? path : std::string();
+}
+
+kascade::KascadeProfile resolve_profile(const std::string& profile_path, const std::string& model_path,
+                                        const Model& model, bool quiet) {
+  const kascade::Shape shape = model.config().attention_shape();
+  const std::string path = profile_path.empty() ? shipped_profile_path(model_path) : profile_path;
+  if (path.empty()) {
+    if (!quiet)
+      fmt::print(stderr, "kascade: no calibration profile for this model (run `kascade calibrate`); "
+                         "using evenly spread anchors\n");
+    return kascade::default_profile(shape);
+  }
+  return load_checked_profile(path, shape, model.file());
 }
 
 }  // namespace kascade::model

@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "attention/attention.h"
-#include "gguf/gguf.h"
 #include "core/memory.h"
+#include "gguf/gguf.h"
 #include "model/kv_cache.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
@@ -73,11 +73,11 @@ struct Config {
   }
   int n_local_layers() const { return sliding_window > 0 ? n_layers - n_layers / sliding_window_pattern : 0; }
   // The layers the sequence's strategy attends (the global ones).
-  attention::Shape attention_shape() const {
+  kascade::Shape attention_shape() const {
     return {n_layers - n_local_layers(), n_heads, n_kv_heads, head_dim};
   }
   // The local layers, for the sliding-window attention.
-  attention::Shape local_attention_shape() const { return {n_local_layers(), n_heads, n_kv_heads, head_dim}; }
+  kascade::Shape local_attention_shape() const { return {n_local_layers(), n_heads, n_kv_heads, head_dim}; }
 };
 
 // Reads and validates the hyperparameters; throws Error naming the key.

@@ -10,7 +10,7 @@
 //    least the CPU set's mass minus 1e-3, and every index that differs from
 //    the CPU set is a near-tie of the k-th score (float round-off only);
 //  - top_k: exactly equal to select_top_k, on inputs full of ties;
-//  - budget: budget_keys equals attention::budget.
+//  - budget: budget_keys equals kascade::budget.
 // Exit status 0 only when every check passes.
 #include <cuda_runtime_api.h>
 
@@ -539,7 +539,7 @@ void test_budget() {
         const kc::Budget budget{percent, min_keys};
         if (kc::budget_keys(budget, n) != ka::budget(n, percent, min_keys)) ++mismatched;
       }
-  expect(mismatched == 0, "budget_keys equals attention::budget");
+  expect(mismatched == 0, "budget_keys equals kascade::budget");
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// Kascade profiles: validation, defaults, JSON load/save (see kascade_profile.h).
-#include "attention/kascade_profile.h"
+// Kascade profiles: validation, defaults, JSON load/save (see profile.h).
+#include "kascade/profile.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 
-namespace kascade::attention {
+namespace kascade {
 
 using nlohmann::json;
 
@@ -214,4 +214,4 @@ void check_fingerprint(const KascadeProfile& profile, std::string_view weights_f
          weights_fingerprint);
 }
 
-}  // namespace kascade::attention
+}  // namespace kascade

@@ -12,9 +12,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "attention/attention.h"
+#include "kascade/shape.h"
 
-namespace kascade::attention {
+namespace kascade {
 
 struct ModelIdentity {
   std::string architecture;  // e.g. "llama"
@@ -76,4 +76,4 @@ void save_profile(const KascadeProfile& profile, const std::string& path);
 // weights with this fingerprint.
 void check_fingerprint(const KascadeProfile& profile, std::string_view weights_fingerprint);
 
-}  // namespace kascade::attention
+}  // namespace kascade
