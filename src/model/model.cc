@@ -242,7 +242,7 @@ Sequence Model::new_sequence(int64_t capacity, attention::KvType kv_type,
           ? attention::make_sliding_window(config_.local_attention_shape(), config_.sliding_window)
           : nullptr;
   return Sequence{KvCache(config_.n_layers, config_.n_kv_heads, config_.head_dim, capacity, kv_type),
-                  std::move(strategy), std::move(local), 0, {}};
+                  std::move(strategy), std::move(local), 0, {}, {}};
 }
 
 void Model::forward(Sequence& seq, std::span<const int32_t> tokens, int64_t n_logits, float* logits,
@@ -267,74 +267,81 @@ void Model::forward(Sequence& seq, std::span<const int32_t> tokens, int64_t n_lo
   };
 
   const int64_t D = c.d_model, q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
-  // Activations for this step, named by role; [n][width] each.
-  std::vector<float> x(size_t(n * D)), normed(size_t(n * D)), projected(size_t(n * D));
-  std::vector<float> q(size_t(n * q_dim)), k(size_t(n * kv_dim)), v(size_t(n * kv_dim)), attended(size_t(n * q_dim));
-  std::vector<float> gate(size_t(n * c.ffn_dim)), up(size_t(n * c.ffn_dim));
+  Activations& a = seq.activations;
+  if (a.tokens < n) {
+    for (auto [buffer, width] : {std::pair{&a.x, D}, {&a.normed, D}, {&a.projected, D}, {&a.q, q_dim},
+                                 {&a.attended, q_dim}, {&a.k, kv_dim}, {&a.v, kv_dim}, {&a.gate, int64_t(c.ffn_dim)},
+                                 {&a.up, int64_t(c.ffn_dim)}})
+      buffer->resize(size_t(n * width));
+    a.tokens = n;
+  }
+  float *x = a.x.data(), *normed = a.normed.data(), *projected = a.projected.data();
+  float *q = a.q.data(), *k = a.k.data(), *v = a.v.data(), *attended = a.attended.data();
+  float *gate = a.gate.data(), *up = a.up.data();
 
-  for (int64_t t = 0; t < n; ++t) ops::dequantize_weight_row(token_embedding_, tokens[size_t(t)], &x[size_t(t * D)]);
-  if (c.embedding_scale != 1.0f) ops::scale(x.data(), c.embedding_scale, n * D);
+  for (int64_t t = 0; t < n; ++t) ops::dequantize_weight_row(token_embedding_, tokens[size_t(t)], x + t * D);
+  if (c.embedding_scale != 1.0f) ops::scale(x, c.embedding_scale, n * D);
 
   // Local and global layers each count from 0 for their attention.
   int local_index = 0, global_index = 0;
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = layers_[size_t(l)];
     const bool local = c.is_local_layer(l);
-    ops::rms_norm(x.data(), w.attn_norm.data(), normed.data(), n, D, c.rms_epsilon);
-    project(w.q, normed.data(), n, q.data());
-    project(w.k, normed.data(), n, k.data());
-    project(w.v, normed.data(), n, v.data());
+    ops::rms_norm(x, w.attn_norm.data(), normed, n, D, c.rms_epsilon);
+    project(w.q, normed, n, q);
+    project(w.k, normed, n, k);
+    project(w.v, normed, n, v);
     if (!w.q_bias.empty()) {
-      ops::add_bias(q.data(), w.q_bias.data(), n, q_dim);
-      ops::add_bias(k.data(), w.k_bias.data(), n, kv_dim);
-      ops::add_bias(v.data(), w.v_bias.data(), n, kv_dim);
+      ops::add_bias(q, w.q_bias.data(), n, q_dim);
+      ops::add_bias(k, w.k_bias.data(), n, kv_dim);
+      ops::add_bias(v, w.v_bias.data(), n, kv_dim);
     }
     if (!w.q_norm.empty()) {
-      ops::rms_norm(q.data(), w.q_norm.data(), q.data(), n * c.n_heads, c.head_dim, c.rms_epsilon);
-      ops::rms_norm(k.data(), w.k_norm.data(), k.data(), n * c.n_kv_heads, c.head_dim, c.rms_epsilon);
+      ops::rms_norm(q, w.q_norm.data(), q, n * c.n_heads, c.head_dim, c.rms_epsilon);
+      ops::rms_norm(k, w.k_norm.data(), k, n * c.n_kv_heads, c.head_dim, c.rms_epsilon);
     }
     const ops::Rope& rope = local ? c.local_rope : c.rope;
-    rope.apply(q.data(), n, first_position, c.n_heads, c.head_dim);
-    rope.apply(k.data(), n, first_position, c.n_kv_heads, c.head_dim);
-    if (c.query_scale != 1.0f) ops::scale(q.data(), c.query_scale, n * q_dim);
-    seq.cache.write(l, first_position, n, k.data(), v.data());
+    rope.apply(q, n, first_position, c.n_heads, c.head_dim);
+    rope.apply(k, n, first_position, c.n_kv_heads, c.head_dim);
+    if (c.query_scale != 1.0f) ops::scale(q, c.query_scale, n * q_dim);
+    seq.cache.write(l, first_position, n, k, v);
 
     attention::Step step;
     step.layer = local ? local_index++ : global_index++;
     step.phase = (n == 1 && first_position > 0) ? attention::Phase::Decode : attention::Phase::Prefill;
-    step.queries = q.data();
+    step.queries = q;
     step.n_queries = n;
     step.first_position = first_position;
     step.cache = seq.cache.layer(l);
-    step.output = attended.data();
+    step.output = attended;
     Stopwatch attention_clock;
     (local ? seq.local_attention : seq.attention)->forward(step);
     attention_seconds += attention_clock.seconds();
 
-    project(w.o, attended.data(), n, projected.data());
+    project(w.o, attended, n, projected);
     if (!w.post_attention_norm.empty())
-      ops::rms_norm(projected.data(), w.post_attention_norm.data(), projected.data(), n, D, c.rms_epsilon);
-    if (observer && !local) observer->on_attention_output(step.layer, x.data(), projected.data(), n, c.d_model);
-    ops::add_in_place(x.data(), projected.data(), n * D);
+      ops::rms_norm(projected, w.post_attention_norm.data(), projected, n, D, c.rms_epsilon);
+    if (observer && !local) observer->on_attention_output(step.layer, x, projected, n, c.d_model);
+    ops::add_in_place(x, projected, n * D);
 
-    ops::rms_norm(x.data(), w.ffn_norm.data(), normed.data(), n, D, c.rms_epsilon);
-    project(w.gate, normed.data(), n, gate.data());
-    project(w.up, normed.data(), n, up.data());
+    ops::rms_norm(x, w.ffn_norm.data(), normed, n, D, c.rms_epsilon);
+    project(w.gate, normed, n, gate);
+    project(w.up, normed, n, up);
     if (c.feed_forward == FeedForward::GeluTanhGlu)
-      ops::gelu_tanh_multiply(gate.data(), up.data(), n * c.ffn_dim);
+      ops::gelu_tanh_multiply(gate, up, n * c.ffn_dim);
     else
-      ops::silu_multiply(gate.data(), up.data(), n * c.ffn_dim);
-    project(w.down, gate.data(), n, projected.data());
+      ops::silu_multiply(gate, up, n * c.ffn_dim);
+    project(w.down, gate, n, projected);
     if (!w.post_ffn_norm.empty())
-      ops::rms_norm(projected.data(), w.post_ffn_norm.data(), projected.data(), n, D, c.rms_epsilon);
-    ops::add_in_place(x.data(), projected.data(), n * D);
+      ops::rms_norm(projected, w.post_ffn_norm.data(), projected, n, D, c.rms_epsilon);
+    ops::add_in_place(x, projected, n * D);
   }
   seq.n_past += n;
 
   if (n_logits > 0) {
-    const float* last = &x[size_t((n - n_logits) * D)];
-    ops::rms_norm(last, output_norm_.data(), normed.data(), n_logits, D, c.rms_epsilon);
-    project(output_, normed.data(), n_logits, logits);
+    const float* last = x + (n - n_logits) * D;
+    ops::rms_norm(last, output_norm_.data(), normed, n_logits, D, c.rms_epsilon);
+    project(output_, normed, n_logits, logits);
     if (c.final_logit_softcap > 0) ops::soft_cap(logits, c.final_logit_softcap, n_logits * c.vocab_size);
   }
   seq.time.matmul_seconds += matmul_seconds;

@@ -109,13 +109,26 @@ struct TimeSplit {
   double total_seconds = 0;      // whole forward passes
 };
 
-// One sequence's state: its KV cache, attention strategy and position.
+// The activations of one forward step, [n tokens][width] each, named by
+// role. They grow to the largest step a sequence has run and are reused, so
+// a decode token allocates nothing.
+struct Activations {
+  std::vector<float> x, normed, projected;  // d_model wide
+  std::vector<float> q, attended;           // n_heads * head_dim
+  std::vector<float> k, v;                  // n_kv_heads * head_dim
+  std::vector<float> gate, up;              // ffn_dim
+  int64_t tokens = 0;                       // rows every buffer holds
+};
+
+// One sequence's state: its KV cache, attention strategy, position and
+// activation buffers.
 struct Sequence {
   KvCache cache;
   std::unique_ptr<attention::Strategy> attention;        // the global layers
   std::unique_ptr<attention::Strategy> local_attention;  // sliding-window layers; null without them
   int64_t n_past = 0;
   TimeSplit time;
+  Activations activations;
 
   void reset() {
     n_past = 0;
