@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "gguf/writer.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -26,62 +27,6 @@ namespace {
 
 using namespace kascade;
 using namespace kascade::tokenizer;
-
-// Just enough of a GGUF writer for the built-in vocabularies.
-class MetadataImage {
- public:
-  void add_string(const std::string& key, const std::string& value) {
-    begin(key, gguf::ValueType::STRING);
-    put_string(value);
-  }
-  void add_strings(const std::string& key, const std::vector<std::string>& values) {
-    begin_array(key, gguf::ValueType::STRING, values.size());
-    for (const std::string& value : values) put_string(value);
-  }
-  void add_int32s(const std::string& key, const std::vector<int32_t>& values) {
-    begin_array(key, gguf::ValueType::INT32, values.size());
-    for (int32_t value : values) put(value);
-  }
-  void add_float32s(const std::string& key, const std::vector<float>& values) {
-    begin_array(key, gguf::ValueType::FLOAT32, values.size());
-    for (float value : values) put(value);
-  }
-  void add_uint32(const std::string& key, uint32_t value) {
-    begin(key, gguf::ValueType::UINT32);
-    put(value);
-  }
-  gguf::File parse() const {
-    std::vector<uint8_t> image{'G', 'G', 'U', 'F', 3, 0, 0, 0};
-    const uint64_t header[2] = {0, count_};  // tensors, metadata entries
-    const auto* p = reinterpret_cast<const uint8_t*>(header);
-    image.insert(image.end(), p, p + sizeof(header));
-    image.insert(image.end(), bytes_.begin(), bytes_.end());
-    return gguf::File::parse(image.data(), image.size(), "<built-in vocabulary>");
-  }
-
- private:
-  template <typename T>
-  void put(T value) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&value);
-    bytes_.insert(bytes_.end(), p, p + sizeof(value));
-  }
-  void put_string(const std::string& value) {
-    put(uint64_t{value.size()});
-    bytes_.insert(bytes_.end(), value.begin(), value.end());
-  }
-  void begin(const std::string& key, gguf::ValueType type) {
-    put_string(key);
-    put(static_cast<uint32_t>(type));
-    ++count_;
-  }
-  void begin_array(const std::string& key, gguf::ValueType type, size_t count) {
-    begin(key, gguf::ValueType::ARRAY);
-    put(static_cast<uint32_t>(type));
-    put(uint64_t{count});
-  }
-  std::vector<uint8_t> bytes_;
-  uint64_t count_ = 0;
-};
 
 std::string spell(std::string_view bytes) {
   std::string text;
@@ -111,14 +56,14 @@ Tokenizer built_in_byte_level() {
   }
   tokens.push_back("<think>");
   types.push_back(4);
-  MetadataImage image;
+  gguf::Writer image;
   image.add_string("tokenizer.ggml.model", "gpt2");
   image.add_string("tokenizer.ggml.pre", "llama-bpe");
   image.add_strings("tokenizer.ggml.tokens", tokens);
   image.add_int32s("tokenizer.ggml.token_type", types);
   image.add_strings("tokenizer.ggml.merges", merges);
   image.add_uint32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(tokens.size() - 3));
-  return Tokenizer(image.parse());
+  return Tokenizer(image.parse("<built-in vocabulary>"));
 }
 
 Tokenizer built_in_sentencepiece() {
@@ -138,7 +83,7 @@ Tokenizer built_in_sentencepiece() {
     types.push_back(std::string(piece) == "<sep>" ? 4 : 1);
     scores.push_back(score--);
   }
-  MetadataImage image;
+  gguf::Writer image;
   image.add_string("tokenizer.ggml.model", "llama");
   image.add_strings("tokenizer.ggml.tokens", tokens);
   image.add_int32s("tokenizer.ggml.token_type", types);
@@ -146,7 +91,7 @@ Tokenizer built_in_sentencepiece() {
   image.add_uint32("tokenizer.ggml.unknown_token_id", 0);
   image.add_uint32("tokenizer.ggml.bos_token_id", 1);
   image.add_uint32("tokenizer.ggml.eos_token_id", 2);
-  return Tokenizer(image.parse());
+  return Tokenizer(image.parse("<built-in vocabulary>"));
 }
 
 struct Subjects {

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/model_cache.h"
 #include "gguf/gguf.h"
+#include "gguf/writer.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -34,77 +35,6 @@ constexpr bool kSanitized = false;
 #endif
 
 const std::string kDataDir = std::string(KASCADE_SOURCE_DIR) + "/tests/data/tokenizer/";
-
-// Writes GGUF v3 metadata (no tensors) into memory.
-class GgufBuilder {
- public:
-  GgufBuilder& add_string(const std::string& key, const std::string& value) {
-    begin(key, gguf::ValueType::STRING);
-    put_string(value);
-    return *this;
-  }
-  GgufBuilder& add_bool(const std::string& key, bool value) {
-    begin(key, gguf::ValueType::BOOL);
-    bytes_.push_back(value ? 1 : 0);
-    return *this;
-  }
-  GgufBuilder& add_uint32(const std::string& key, uint32_t value) {
-    begin(key, gguf::ValueType::UINT32);
-    put(value);
-    return *this;
-  }
-  GgufBuilder& add_strings(const std::string& key, const std::vector<std::string>& values) {
-    begin_array(key, gguf::ValueType::STRING, values.size());
-    for (const std::string& value : values) put_string(value);
-    return *this;
-  }
-  GgufBuilder& add_int32s(const std::string& key, const std::vector<int32_t>& values) {
-    begin_array(key, gguf::ValueType::INT32, values.size());
-    for (int32_t value : values) put(value);
-    return *this;
-  }
-  GgufBuilder& add_float32s(const std::string& key, const std::vector<float>& values) {
-    begin_array(key, gguf::ValueType::FLOAT32, values.size());
-    for (float value : values) put(value);
-    return *this;
-  }
-  gguf::File build() const {
-    std::vector<uint8_t> image;
-    const auto append = [&](const auto& value) {
-      const auto* p = reinterpret_cast<const uint8_t*>(&value);
-      image.insert(image.end(), p, p + sizeof(value));
-    };
-    image.insert(image.end(), {'G', 'G', 'U', 'F'});
-    append(uint32_t{3});
-    append(uint64_t{0});  // tensors
-    append(count_);
-    image.insert(image.end(), bytes_.begin(), bytes_.end());
-    return gguf::File::parse(image.data(), image.size(), "<test gguf>");
-  }
-
- private:
-  template <typename T>
-  void put(T value) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&value);
-    bytes_.insert(bytes_.end(), p, p + sizeof(value));
-  }
-  void put_string(const std::string& value) {
-    put(uint64_t{value.size()});
-    bytes_.insert(bytes_.end(), value.begin(), value.end());
-  }
-  void begin(const std::string& key, gguf::ValueType type) {
-    put_string(key);
-    put(static_cast<uint32_t>(type));
-    ++count_;
-  }
-  void begin_array(const std::string& key, gguf::ValueType type, size_t count) {
-    begin(key, gguf::ValueType::ARRAY);
-    put(static_cast<uint32_t>(type));
-    put(uint64_t{count});
-  }
-  std::vector<uint8_t> bytes_;
-  uint64_t count_ = 0;
-};
 
 // Spells bytes in GPT-2's byte alphabet, as byte-level vocabularies store tokens.
 std::string spell(std::string_view bytes) {
@@ -139,8 +69,8 @@ struct TinyByteLevel {
     }
     return add(joined);
   }
-  GgufBuilder gguf(const std::string& pre = "gpt2") const {
-    GgufBuilder builder;
+  gguf::Writer gguf(const std::string& pre = "gpt2") const {
+    gguf::Writer builder;
     builder.add_string("tokenizer.ggml.model", "gpt2")
         .add_string("tokenizer.ggml.pre", pre)
         .add_strings("tokenizer.ggml.tokens", tokens)
@@ -259,7 +189,7 @@ TEST(ByteLevelBpe, AppliesMergesByRank) {
   const TokenId hell = vocab.merge("he", "ll");
   const TokenId hello = vocab.merge("hell", "o");
   const TokenId space_w = vocab.merge(" ", "w");
-  const Tokenizer tokenizer(vocab.gguf().build());
+  const Tokenizer tokenizer(vocab.gguf().parse("<test gguf>"));
   EXPECT_EQ(tokenizer.encode("abc"), (std::vector<TokenId>{'a', bc}));
   EXPECT_EQ(tokenizer.encode("ab"), (std::vector<TokenId>{ab}));
   EXPECT_EQ(tokenizer.encode("aaa"), (std::vector<TokenId>{aa, 'a'}));  // ties go to the leftmost pair
@@ -275,7 +205,7 @@ TEST(ByteLevelBpe, LongPiecesMergeFully) {
   TinyByteLevel vocab;
   const TokenId aa = vocab.merge("a", "a");
   const TokenId aaaa = vocab.merge("aa", "aa");
-  const Tokenizer tokenizer(vocab.gguf().build());
+  const Tokenizer tokenizer(vocab.gguf().parse("<test gguf>"));
   const std::vector<TokenId> ids = tokenizer.encode(std::string(100001, 'a'));
   ASSERT_EQ(ids.size(), 25001u);
   EXPECT_EQ(ids.front(), aaaa);
@@ -288,14 +218,14 @@ TEST(ByteLevelBpe, IgnoreMergesKeepsWholeTokens) {
   TinyByteLevel vocab;
   const TokenId ab = vocab.merge("a", "b");
   const TokenId abc = vocab.add("abc");
-  EXPECT_EQ(Tokenizer(vocab.gguf("gpt2").build()).encode("abc"), (std::vector<TokenId>{ab, 'c'}));
-  EXPECT_EQ(Tokenizer(vocab.gguf("llama-bpe").build()).encode("abc"), (std::vector<TokenId>{abc}));
+  EXPECT_EQ(Tokenizer(vocab.gguf("gpt2").parse("<test gguf>")).encode("abc"), (std::vector<TokenId>{ab, 'c'}));
+  EXPECT_EQ(Tokenizer(vocab.gguf("llama-bpe").parse("<test gguf>")).encode("abc"), (std::vector<TokenId>{abc}));
 }
 
 TEST(ByteLevelBpe, ArbitraryBytesRoundTrip) {
   TinyByteLevel vocab;
   vocab.merge("\xC3", "\xA9");
-  const Tokenizer tokenizer(vocab.gguf().build());
+  const Tokenizer tokenizer(vocab.gguf().parse("<test gguf>"));
   std::string all_bytes;
   for (int b = 0; b < 256; ++b) all_bytes.push_back(static_cast<char>(b));
   for (const std::string& text : {all_bytes, std::string("caf\xC3\xA9 \xFF\xFE\xC3 \xED\xA0\x80!")}) {
@@ -307,7 +237,7 @@ TEST(ByteLevelBpe, BytesWithoutATokenAreDropped) {
   TinyByteLevel vocab;
   vocab.tokens[0x1D] = "<unused>";
   vocab.types[0x1D] = 5;
-  const Tokenizer tokenizer(vocab.gguf().build());
+  const Tokenizer tokenizer(vocab.gguf().parse("<test gguf>"));
   EXPECT_EQ(tokenizer.encode("a\x1D" "b"), (std::vector<TokenId>{'a', 'b'}));
   EXPECT_EQ(tokenizer.encode("\x1D"), (std::vector<TokenId>{}));
   EXPECT_EQ(spellable(tokenizer, "a\x1D" "b"), "ab");
@@ -316,12 +246,12 @@ TEST(ByteLevelBpe, BytesWithoutATokenAreDropped) {
 TEST(ByteLevelBpe, BosAndEosFollowMetadata) {
   TinyByteLevel vocab;
   const TokenId bos = vocab.add("<s>", 3), eos = vocab.add("</s>", 3);
-  GgufBuilder builder = vocab.gguf();
+  gguf::Writer builder = vocab.gguf();
   builder.add_uint32("tokenizer.ggml.bos_token_id", bos)
       .add_uint32("tokenizer.ggml.eos_token_id", eos)
       .add_bool("tokenizer.ggml.add_bos_token", true)
       .add_bool("tokenizer.ggml.add_eos_token", true);
-  const Tokenizer tokenizer(builder.build());
+  const Tokenizer tokenizer(builder.parse("<test gguf>"));
   EXPECT_EQ(tokenizer.encode("x"), (std::vector<TokenId>{bos, 'x', eos}));
   EXPECT_EQ(tokenizer.encode("x", false), (std::vector<TokenId>{'x'}));
   EXPECT_EQ(tokenizer.encode(""), (std::vector<TokenId>{bos, eos}));
@@ -340,7 +270,7 @@ TEST(SpecialTokens, ControlTokensOnlyWhenParsing) {
   const TokenId long_special = vocab.add("<|a|>b", 3);  // longest match wins
   const TokenId user = vocab.add("<u>", 4);
   const TokenId end_of_turn = vocab.add("<|im_end|>", 3);
-  const Tokenizer tokenizer(vocab.gguf().build());
+  const Tokenizer tokenizer(vocab.gguf().parse("<test gguf>"));
   EXPECT_EQ(tokenizer.encode("x<|a|>y", false, true), (std::vector<TokenId>{'x', short_special, 'y'}));
   EXPECT_EQ(tokenizer.encode("<|a|>b<|a|>", false, true), (std::vector<TokenId>{long_special, short_special}));
   EXPECT_EQ(tokenizer.encode("<|a|", false, true), (std::vector<TokenId>{'<', '|', 'a', '|'}));
@@ -359,7 +289,7 @@ TEST(SpecialTokens, ControlTokensOnlyWhenParsing) {
 
 TEST(StreamDecoder, EmitsOnlyCompleteCharacters) {
   TinyByteLevel vocab;  // no merges: every byte is its own token
-  const Tokenizer tokenizer(vocab.gguf().build());
+  const Tokenizer tokenizer(vocab.gguf().parse("<test gguf>"));
   const std::string text = "é😀x";
   StreamDecoder stream(tokenizer);
   std::vector<std::string> outputs;
@@ -370,7 +300,7 @@ TEST(StreamDecoder, EmitsOnlyCompleteCharacters) {
 
 TEST(StreamDecoder, ReplacesBytesThatCannotFormACharacter) {
   TinyByteLevel vocab;
-  const Tokenizer tokenizer(vocab.gguf().build());
+  const Tokenizer tokenizer(vocab.gguf().parse("<test gguf>"));
   StreamDecoder stream(tokenizer);
   EXPECT_EQ(stream.push(0xFF), "\uFFFD");
   EXPECT_EQ(stream.push(0xE2), "");
@@ -404,8 +334,8 @@ struct TinySentencePiece {
     return static_cast<TokenId>(tokens.size() - 1);
   }
   TokenId byte(uint8_t b) const { return 3 + b; }
-  GgufBuilder gguf() const {
-    GgufBuilder builder;
+  gguf::Writer gguf() const {
+    gguf::Writer builder;
     builder.add_string("tokenizer.ggml.model", "llama")
         .add_strings("tokenizer.ggml.tokens", tokens)
         .add_float32s("tokenizer.ggml.scores", scores)
@@ -426,7 +356,7 @@ TEST(SentencePiece, MergesByScoreWithByteFallback) {
   vocab.add("ab", -6);
   const TokenId bc = vocab.add("bc", -1);     // better than "ab": "abc" -> a + bc
   const TokenId space_ab = vocab.add("\u2581ab", -7);
-  const Tokenizer tokenizer(vocab.gguf().build());
+  const Tokenizer tokenizer(vocab.gguf().parse("<test gguf>"));
   EXPECT_TRUE(tokenizer.add_bos());
   EXPECT_EQ(tokenizer.encode("ab"), (std::vector<TokenId>{1, space_ab}));
   EXPECT_EQ(tokenizer.encode("abc", false), (std::vector<TokenId>{space_a, bc}));
@@ -447,7 +377,7 @@ TEST(SentencePiece, SpacePrefixAfterControlTokens) {
   const TokenId a = vocab.add("a", -2);
   const TokenId space = vocab.add("\u2581", -3);
   const TokenId sep = vocab.add("<sep>", 0, 4);
-  const Tokenizer tokenizer(vocab.gguf().build());
+  const Tokenizer tokenizer(vocab.gguf().parse("<test gguf>"));
   // A control token starts a new text, which gets its space prefix; a user-defined
   // token is matched inside the text, as sentencepiece does.
   EXPECT_EQ(tokenizer.encode("a</s>a", false, true), (std::vector<TokenId>{space_a, 2, space_a}));
@@ -461,7 +391,7 @@ TEST(SentencePiece, MatchesSentencepieceLibrary) {
   std::ifstream in(kDataDir + "spm_tiny.json");
   ASSERT_TRUE(in) << "missing fixture spm_tiny.json";
   const nlohmann::json fixture = nlohmann::json::parse(in);
-  GgufBuilder builder;
+  gguf::Writer builder;
   builder.add_string("tokenizer.ggml.model", "llama")
       .add_strings("tokenizer.ggml.tokens", fixture["tokens"].get<std::vector<std::string>>())
       .add_float32s("tokenizer.ggml.scores", fixture["scores"].get<std::vector<float>>())
@@ -469,7 +399,7 @@ TEST(SentencePiece, MatchesSentencepieceLibrary) {
       .add_uint32("tokenizer.ggml.unknown_token_id", fixture["unk"])
       .add_uint32("tokenizer.ggml.bos_token_id", fixture["bos"])
       .add_uint32("tokenizer.ggml.eos_token_id", fixture["eos"]);
-  const Tokenizer tokenizer(builder.build());
+  const Tokenizer tokenizer(builder.parse("<test gguf>"));
   size_t mismatches = 0, cases = 0;
   for (const nlohmann::json& item : fixture["cases"]) {
     const std::string text = item["text"];
@@ -492,18 +422,18 @@ TEST(SentencePiece, MatchesSentencepieceLibrary) {
 
 TEST(TokenizerErrors, BadMetadataIsAnError) {
   TinyByteLevel vocab;
-  const auto expect_error = [](const GgufBuilder& builder, const std::string& needle) {
+  const auto expect_error = [](const gguf::Writer& builder, const std::string& needle) {
     try {
-      Tokenizer tokenizer(builder.build());
+      Tokenizer tokenizer(builder.parse("<test gguf>"));
       ADD_FAILURE() << "no error, expected one naming " << needle;
     } catch (const Error& error) {
       EXPECT_NE(std::string(error.what()).find(needle), std::string::npos) << error.what();
     }
   };
-  expect_error(GgufBuilder().add_string("tokenizer.ggml.model", "gpt2"), "tokenizer.ggml.tokens");
-  expect_error(GgufBuilder().add_string("tokenizer.ggml.model", "bert"), "tokenizer.ggml.model");
+  expect_error(gguf::Writer().add_string("tokenizer.ggml.model", "gpt2"), "tokenizer.ggml.tokens");
+  expect_error(gguf::Writer().add_string("tokenizer.ggml.model", "bert"), "tokenizer.ggml.model");
   expect_error(vocab.gguf("nonesuch"), "tokenizer.ggml.pre");
-  GgufBuilder bad_bos = vocab.gguf();
+  gguf::Writer bad_bos = vocab.gguf();
   bad_bos.add_uint32("tokenizer.ggml.bos_token_id", 100000);
   expect_error(bad_bos, "tokenizer.ggml.bos_token_id");
   TinyByteLevel bad_merge = vocab;
@@ -516,13 +446,13 @@ TEST(TokenizerErrors, BadMetadataIsAnError) {
   bad_types.types.pop_back();
   expect_error(bad_types.gguf(), "tokenizer.ggml.token_type");
   TinySentencePiece spm;
-  GgufBuilder no_scores;
+  gguf::Writer no_scores;
   no_scores.add_string("tokenizer.ggml.model", "llama").add_strings("tokenizer.ggml.tokens", spm.tokens);
   expect_error(no_scores, "tokenizer.ggml.scores");
   TinySentencePiece bad_byte;
   bad_byte.add("<0xZZ>", 0, 6);
   expect_error(bad_byte.gguf(), "tokenizer.ggml.tokens[");
-  const Tokenizer tokenizer(vocab.gguf().build());
+  const Tokenizer tokenizer(vocab.gguf().parse("<test gguf>"));
   EXPECT_THROW(tokenizer.decode(std::vector<TokenId>{-1}), Error);
   EXPECT_THROW(tokenizer.decode(std::vector<TokenId>{static_cast<TokenId>(tokenizer.vocab_size())}), Error);
 }
@@ -553,7 +483,7 @@ class DefaultModel : public ::testing::Test {
   }
   // The model's vocabulary with another pre-tokenizer.
   static Tokenizer with_pre_tokenizer(const std::string& pre) {
-    GgufBuilder builder;
+    gguf::Writer builder;
     builder.add_string("tokenizer.ggml.model", "gpt2")
         .add_string("tokenizer.ggml.pre", pre)
         .add_strings("tokenizer.ggml.tokens", file_->get_string_array("tokenizer.ggml.tokens"))
@@ -561,7 +491,7 @@ class DefaultModel : public ::testing::Test {
     std::vector<int32_t> types;
     for (int64_t type : file_->get_int_array("tokenizer.ggml.token_type")) types.push_back(static_cast<int32_t>(type));
     builder.add_int32s("tokenizer.ggml.token_type", types);
-    return Tokenizer(builder.build());
+    return Tokenizer(builder.parse("<test gguf>"));
   }
   // Compares every fixture string; `field` names the expected ids (falling back to "smollm").
   static void expect_parity(const Tokenizer& tokenizer, const std::string& field, bool parse_special) {

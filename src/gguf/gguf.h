@@ -2,7 +2,8 @@
 // values and every tensor's offset, size and alignment is checked against the
 // file before any pointer into it is handed out. Hostile files (huge counts,
 // offsets past the end, overlapping or unaligned tensors, bad strings) raise
-// kascade::Error naming the field and file offset. Writing GGUF is a non-goal.
+// kascade::Error naming the field and file offset.
+// gguf/writer.h writes GGUF files.
 #pragma once
 
 #include <cstdint>
