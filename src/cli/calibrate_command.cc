@@ -70,18 +70,6 @@ std::pair<int, int> parse_anchor_range(const std::string& text) {
           parse_count(std::string_view(text).substr(dots + 2), text)};
 }
 
-// The file can be created or replaced: its directory exists and is writable.
-void check_output_file(const std::string& path, const std::string& flag) {
-  std::error_code error;
-  if (fs::is_directory(path, error)) fail("{} '{}' is a directory", flag, path);
-  fs::path dir = fs::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  if (!fs::exists(dir, error)) fail("{} '{}': directory '{}' does not exist", flag, path, dir.string());
-  if (!fs::is_directory(dir, error)) fail("{} '{}': '{}' is not a directory", flag, path, dir.string());
-  if (access(dir.c_str(), W_OK) != 0) fail("{} '{}': directory '{}' is not writable", flag, path, dir.string());
-  if (fs::exists(path, error) && access(path.c_str(), W_OK) != 0) fail("{} '{}' is not writable", flag, path);
-}
-
 void check_output_dir(const std::string& dir, const std::string& flag) {
   std::error_code error;
   fs::create_directories(dir, error);
@@ -109,8 +97,9 @@ void run_calibrate(const CalibrateArgs& args) {
   // Everything that can be wrong with the request fails here, before the model runs.
   const auto [min_anchors, max_anchors] = parse_anchor_range(args.anchors);
   if (args.out.empty()) fail("--out PROFILE is required");
-  check_output_file(args.out, "--out");
-  if (!args.stats.empty()) check_output_file(args.stats, "--stats");
+  check_output_file(args.out, "--out", {args.model, args.dev_set});
+  if (!args.stats.empty()) check_output_file(args.stats, "--stats", {args.model, args.dev_set, args.out});
+  if (!args.stats.empty() && args.stats == args.out) fail("--stats and --out name the same file '{}'", args.out);
   if (!args.plots.empty()) check_output_dir(args.plots, "--plots");
   if (args.prompts < 0) fail("--prompts must not be negative, got {}", args.prompts);
   if (args.max_tokens < 0) fail("--max-tokens must not be negative, got {}", args.max_tokens);

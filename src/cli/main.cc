@@ -2,6 +2,8 @@
 //   kascade generate   stream a completion (prompt text, file or stdin; chat or raw)
 //   kascade info       print a GGUF file's metadata and tensor table
 //   kascade eval       long-context accuracy and perplexity of attention strategies
+//   kascade calibrate  choose Kascade anchors and head maps for a model
+//   kascade synth      write a model of a published shape with random weights
 // Every error from bad input is one line on stderr and a non-zero exit.
 #include <cstdio>
 #include <new>
@@ -24,6 +26,7 @@ int main(int argc, char** argv) {
   kascade::cli::register_info(app);
   kascade::cli::register_calibrate(app);
   kascade::cli::register_eval(app);
+  kascade::cli::register_synth(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

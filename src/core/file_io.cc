@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -45,6 +46,24 @@ void write_file(const std::string& path, std::string_view bytes, std::string_vie
     problem = std::strerror(errno);
   }
   if (!problem.empty()) fail("cannot write {} '{}': {}", what, path, problem);
+}
+
+void check_output_file(const std::string& path, std::string_view flag, std::initializer_list<std::string> inputs) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (path.empty()) fail("{} needs a file name", flag);
+  if (fs::is_directory(path, error)) fail("{} '{}' is a directory", flag, path);
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::exists(dir, error)) fail("{} '{}': directory '{}' does not exist", flag, path, dir.string());
+  if (!fs::is_directory(dir, error)) fail("{} '{}': '{}' is not a directory", flag, path, dir.string());
+  if (access(dir.c_str(), W_OK) != 0) fail("{} '{}': directory '{}' is not writable", flag, path, dir.string());
+  if (fs::exists(path, error)) {
+    if (access(path.c_str(), W_OK) != 0) fail("{} '{}' is not writable", flag, path);
+    for (const std::string& input : inputs)
+      if (!input.empty() && fs::equivalent(path, input, error))
+        fail("{} '{}' is the input file '{}': refusing to overwrite it", flag, path, input);
+  }
 }
 
 }  // namespace kascade

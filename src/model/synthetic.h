@@ -1,0 +1,43 @@
+// Synthetic models: a GGUF of a published architecture's shape with seeded
+// random weights, for measuring at a model's real scale without downloading
+// it (`kascade synth`). Any GGUF reader loads it: llama metadata, every
+// tensor of a llama model, and a real tokenizer's metadata copied from
+// another GGUF, its vocabulary padded to the preset's size with reserved
+// control tokens.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "gguf/gguf.h"
+#include "quant/types.h"
+
+namespace kascade::model {
+
+struct SyntheticPreset {
+  std::string_view name;
+  int n_layers, d_model, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size;
+  int64_t context_length;
+  double rope_base;
+  bool llama3_rope_scaling;  // Llama 3.1's factor 8 over an 8K original context
+};
+
+std::span<const SyntheticPreset> synthetic_presets();
+// Throws Error listing the presets when `name` is not one.
+const SyntheticPreset& synthetic_preset(std::string_view name);
+
+// Weight matrix types a synthetic model can be written in: BF16, F16, F32,
+// Q8_0 or Q4_K (norms stay F32).
+bool synthetic_weight_type(TensorType type);
+
+// Writes the model to `path` (atomically). Weights are uniform with the
+// variance 1/fan_in, a pure function of (seed, tensor, element), so any
+// slicing of the write gives the same file. `progress` gets bytes written.
+void write_synthetic_model(const SyntheticPreset& preset, TensorType weight_type, uint64_t seed,
+                           const gguf::File& tokenizer_source, const std::string& path,
+                           const std::function<void(uint64_t done, uint64_t total)>& progress = {});
+
+}  // namespace kascade::model
