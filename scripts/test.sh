@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The test command (what .ci/run calls): setup (packages, model, Release
-# build), the test suite, the suite again under AddressSanitizer and
-# UndefinedBehaviorSanitizer, then each fuzz target for a bounded time.
-# Ends with a line 'N passed, N failed' (tests and fuzz targets) and exits
-# non-zero if anything failed.
+# build), the test suite, the CUDA build when nvcc is on PATH, the suite again
+# under AddressSanitizer and UndefinedBehaviorSanitizer, then each fuzz target
+# for a bounded time. Ends with a line 'N passed, N failed' (tests and fuzz
+# targets; a failed build counts as one failure) and exits non-zero if
+# anything failed.
 #   KASCADE_SKIP_ASAN=1        skip the sanitizer build and its tests
+#   KASCADE_SKIP_CUDA=1        skip the CUDA build even with nvcc on PATH
 #   KASCADE_FUZZ_SECONDS=N     seconds per fuzz target (default 60; 0 skips fuzzing)
 set -uo pipefail
 
@@ -70,6 +72,19 @@ build_and_test_sanitized() {
     run_ctest build-asan -LE model
 }
 
+# The CUDA library, GPU test and benchmark, configured as the GPU machine
+# configures them (bench/cuda/run_device.sh: -DKASCADE_DEVICE_ONLY=ON; here
+# also fmt header-only and GoogleTest from .deps/, as there). CI has no GPU:
+# the test runs for its host-side check and skips its kernel cases.
+build_cuda() {
+  bash scripts/prepare_device_deps.sh || { failed=$((failed + 1)); return 1; }
+  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DKASCADE_CUDA=ON -DKASCADE_DEVICE_ONLY=ON \
+    -DKASCADE_PREFER_DEPS=ON >/dev/null || { failed=$((failed + 1)); return 1; }
+  cmake --build build-cuda -j"$JOBS" --target kascade_cuda kascade_cuda_test kascade_cuda_bench ||
+    { failed=$((failed + 1)); return 1; }
+  build-cuda/src/cuda/kascade_cuda_test --gtest_brief=1 || { failed=$((failed + 1)); return 1; }
+}
+
 fuzz_targets=()
 build_fuzzers() {
   local source
@@ -111,6 +126,14 @@ if ! timed "setup and Release build" bash scripts/setup.sh; then
   finish
 fi
 timed "tests (build/)" run_ctest build
+
+if [[ "${KASCADE_SKIP_CUDA:-0}" == 1 ]]; then
+  echo "test: KASCADE_SKIP_CUDA=1: skipping the CUDA build"
+elif ! command -v nvcc >/dev/null; then
+  echo "test: no nvcc on PATH: skipping the CUDA build"
+else
+  timed "CUDA build (build-cuda/)" build_cuda
+fi
 
 if [[ "${KASCADE_SKIP_ASAN:-0}" == 1 ]]; then
   echo "test: KASCADE_SKIP_ASAN=1: skipping the sanitizer build"

@@ -1,27 +1,46 @@
 #!/usr/bin/env bash
-# The one device script for the CUDA kernels: builds them (nvcc, sm_90a),
-# runs the correctness test against the CPU reference, then the benchmark and
-# the cuDNN baseline, and prints one table last. Logs and CSVs go to $OUT.
+# The one device script for the CUDA kernels: builds them with CMake
+# (-DKASCADE_DEVICE_ONLY=ON: the CUDA library, the GPU test and the
+# benchmark over the CPU references; sm_90a, C++20), runs the correctness test
+# against the CPU reference, then the benchmark and the cuDNN baseline, and
+# prints one table last. Logs and CSVs go to $OUT.
 #
-# Run from the repository root on the GPU machine, with fmt's headers copied
-# to .deps/include (the machine has no libfmt):
+# Run from the repository root on the GPU machine, which needs cmake (3.25 or
+# later), g++, nvcc with sm_90a and, for the baseline, torch with cuDNN. It
+# has no libfmt and may lack nlohmann-json and GoogleTest: run
+# scripts/prepare_device_deps.sh on a machine that has them and carry .deps/
+# (git-ignored) along with the working tree; CMake falls back to it.
 #   bench/cuda/run_device.sh [all|test|bench|decode|prefill]
 # decode / prefill: the test, then that half of the benchmark. With
 # PREBUILT=DIR holding kascade_cuda_test and kascade_cuda_bench built
-# elsewhere (same commands), those are used when they start on this machine,
-# which saves the build's device time.
+# elsewhere (e.g. build-cuda/src/cuda from scripts/test.sh, whose binaries
+# link the CUDA runtime, fmt and GoogleTest statically), those are used when
+# they start on this machine, which saves the build's device time.
+# Exit status: 0 when the build, the test (no case skipped), the benchmark
+# and the baseline all succeed; 1 otherwise (2: bad arguments or tools).
 set -uo pipefail
 what=${1:-all}
+case $what in all | test | bench | decode | prefill) ;; *)
+  echo "usage: $0 [all|test|bench|decode|prefill]" >&2
+  exit 2
+  ;;
+esac
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$root/build-device
-mkdir -p "$build"
-cd "$root"
+cd "$root" || exit 2
+command -v nvcc >/dev/null || [[ ! -x /usr/local/cuda/bin/nvcc ]] || export PATH=/usr/local/cuda/bin:$PATH
 
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/device.txt"
-nvcc_flags=(-std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a -lineinfo -Isrc)
-cxx_flags=(-std=c++20 -O2 -mavx2 -mfma -mf16c -fopenmp -DFMT_HEADER_ONLY -I.deps/include -Isrc -I/usr/local/cuda/include)
+if ! nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/device.txt"; then
+  echo "nvidia-smi failed: no GPU visible here" >&2
+  exit 1
+fi
+status=0
+fail() {
+  echo "$*" >&2
+  status=1
+}
 
 # The prebuilt bench prints its usage and exits 2 when it starts at all.
 prebuilt_runs() {
@@ -29,58 +48,66 @@ prebuilt_runs() {
   "$PREBUILT/kascade_cuda_bench" >/dev/null 2>&1
   [[ $? == 2 ]] && ! ldd "$PREBUILT/kascade_cuda_test" | grep -q "not found"
 }
-build_here=1
 if prebuilt_runs; then
-  cp "$PREBUILT/kascade_cuda_test" "$PREBUILT/kascade_cuda_bench" "$build/"
+  bin=$PREBUILT
   echo "build: using prebuilt binaries from $PREBUILT"
-  build_here=0
-fi
-
-# Compile everything in parallel; fail if any unit fails.
-if [[ $build_here == 1 ]]; then
-pids=()
-compile() { "$@" >>"$build/compile.log" 2>&1 & pids+=($!); }
-: >"$build/compile.log"
-start=$(date +%s)
-compile nvcc "${nvcc_flags[@]}" -Xptxas -v -c src/cuda/decode.cu -o "$build/decode.o"
-compile nvcc "${nvcc_flags[@]}" -Xptxas -v -c src/cuda/prefill.cu -o "$build/prefill.o"
-compile nvcc "${nvcc_flags[@]}" -c bench/cuda/kascade_cuda_bench.cu -o "$build/bench.o"
-compile g++ "${cxx_flags[@]}" -c src/cuda/api.cc -o "$build/api.o"
-compile g++ "${cxx_flags[@]}" -c tests/cuda/kascade_cuda_test.cc -o "$build/test.o"
-for unit in kascade_ops exact kernels scoring; do
-  compile g++ "${cxx_flags[@]}" -c "src/attention/$unit.cc" -o "$build/cpu_$unit.o"
-done
-status=0
-for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-grep -E "error|warning|spill stores" "$build/compile.log" | grep -v " 0 bytes spill stores" >"$OUT/compile.log"
-if [[ $status != 0 ]]; then
-  grep -E "error" "$build/compile.log" | head -40
-  echo "build failed"
-  exit 1
-fi
-libs=("$build/api.o" "$build/decode.o" "$build/prefill.o")
-nvcc -o "$build/kascade_cuda_test" "$build/test.o" "$build"/cpu_*.o "${libs[@]}" -Xcompiler -fopenmp || exit 1
-nvcc -o "$build/kascade_cuda_bench" "$build/bench.o" "${libs[@]}" || exit 1
-echo "build: $(( $(date +%s) - start )) s"
+else
+  [[ -z ${PREBUILT:-} ]] || echo "build: the binaries in $PREBUILT do not start here; building"
+  for tool in cmake nvcc g++; do
+    command -v "$tool" >/dev/null || { echo "build: $tool not found" >&2; exit 2; }
+  done
+  bin=$build/src/cuda
+  mkdir -p "$build"
+  generator=()
+  [[ -f $build/CMakeCache.txt ]] || ! command -v ninja >/dev/null || generator=(-G Ninja)
+  start=$(date +%s)
+  # -Xptxas -v: registers and spills of every kernel, kept in compile.log.
+  if ! cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DKASCADE_CUDA=ON \
+      -DKASCADE_DEVICE_ONLY=ON -DCMAKE_CUDA_FLAGS="-Xptxas -v" >"$build/configure.log" 2>&1; then
+    tail -n 30 "$build/configure.log"
+    cp "$build/configure.log" "$OUT/configure.log"
+    echo "build: cmake configure failed (log: $OUT/configure.log)" >&2
+    exit 1
+  fi
+  cmake --build "$build" -j"$(nproc)" >"$build/build.log" 2>&1
+  build_status=$?
+  grep -E "error|warning|spill stores" "$build/build.log" | grep -v " 0 bytes spill stores" >"$OUT/compile.log"
+  if [[ $build_status != 0 ]]; then
+    grep -E "error|FAILED" "$build/build.log" | head -40
+    cp "$build/build.log" "$OUT/build.log"
+    echo "build: failed (log: $OUT/build.log)" >&2
+    exit 1
+  fi
+  echo "build: $(($(date +%s) - start)) s"
 fi
 
 if [[ $what != bench ]]; then
   start=$(date +%s)
-  OMP_NUM_THREADS=$(nproc) timeout "${TEST_TIMEOUT:-180}" "$build/kascade_cuda_test" 2>&1 | tee "$OUT/test.log"
-  echo "test: exit ${PIPESTATUS[0]}, $(( $(date +%s) - start )) s"
+  OMP_NUM_THREADS=$(nproc) timeout "${TEST_TIMEOUT:-180}" "$bin/kascade_cuda_test" 2>&1 | tee "$OUT/test.log"
+  test_status=${PIPESTATUS[0]}
+  echo "test: exit $test_status, $(($(date +%s) - start)) s"
+  [[ $test_status == 0 ]] || fail "test: failed (exit $test_status; 124: timed out after ${TEST_TIMEOUT:-180} s)"
+  # The cases skip without a CUDA device: here that is a failure.
+  grep -q "^\[  SKIPPED \]" "$OUT/test.log" && fail "test: cases skipped: the test saw no CUDA device"
 fi
 
 section=all
 case $what in decode | prefill) section=$what ;; esac
 if [[ $what != test ]]; then
   start=$(date +%s)
-  timeout "${BENCH_TIMEOUT:-200}" "$build/kascade_cuda_bench" "$OUT/ours.csv" "$section" 2>&1 | tee "$OUT/bench.log"
-  echo "bench: exit ${PIPESTATUS[0]}, $(( $(date +%s) - start )) s"
+  timeout "${BENCH_TIMEOUT:-200}" "$bin/kascade_cuda_bench" "$OUT/ours.csv" "$section" 2>&1 | tee "$OUT/bench.log"
+  bench_status=${PIPESTATUS[0]}
+  echo "bench: exit $bench_status, $(($(date +%s) - start)) s"
+  [[ $bench_status == 0 ]] || fail "bench: failed (exit $bench_status; 124: timed out after ${BENCH_TIMEOUT:-200} s)"
   start=$(date +%s)
   # Progress goes to cudnn.log; the table (stdout) comes last.
   PYTHONUNBUFFERED=1 timeout "${BASELINE_TIMEOUT:-180}" python3 bench/cuda/torch_baseline.py "$OUT/ours.csv" "$OUT" \
     2>"$OUT/cudnn.log" >"$OUT/table.log"
-  echo "baseline: exit $?, $(( $(date +%s) - start )) s"
+  baseline_status=$?
+  echo "baseline: exit $baseline_status, $(($(date +%s) - start)) s"
+  [[ $baseline_status == 0 ]] || fail "baseline: failed (exit $baseline_status; see $OUT/cudnn.log)"
 fi
-[[ -f $OUT/test.log ]] && grep -E "^FAIL|PASSED|FAILED" "$OUT/test.log"
+# The test's failed checks and verdict lines, then the table.
+[[ -f $OUT/test.log ]] && grep -E "^(FAIL|ALL PASSED|PASSED)|^\[  (PASSED|FAILED|SKIPPED) +\]" "$OUT/test.log"
 [[ -f $OUT/table.log ]] && cat "$OUT/table.log"
+exit $status

@@ -1,7 +1,10 @@
 // GPU test of the CUDA attention kernels against the CPU reference
-// (attention/kascade_ops.h). Needs a Hopper GPU; CI never runs it
-// (bench/cuda/run_device.sh does). Fresh random inputs every run (the seed is
-// printed), lengths off every tile grid, outputs poisoned before each call.
+// (attention/kascade_ops.h), as GoogleTest cases under the ctest label `gpu`.
+// Needs a Hopper GPU: without a CUDA device every GPU case skips (CI builds
+// it and runs only the host-side budget check); bench/cuda/run_device.sh runs
+// it on the GPU machine. Fresh random inputs every run (the seed is printed;
+// KASCADE_TEST_SEED=N repeats a run), lengths off every tile grid, outputs
+// poisoned before each call.
 //
 // Checks, per KASCADE.md and issue 5:
 //  - outputs: relative error ||gpu - ref|| / ||ref|| <= 1e-2 against the fp32
@@ -11,17 +14,21 @@
 //    the CPU set is a near-tie of the k-th score (float round-off only);
 //  - top_k: exactly equal to select_top_k, on inputs full of ties;
 //  - budget: budget_keys equals kascade::budget.
-// Exit status 0 only when every check passes.
+// Each check also prints a PASS/FAIL line with its numbers.
 #include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <set>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -34,17 +41,22 @@ namespace ka = kascade::attention;
 
 namespace {
 
-int failures = 0;
+int checks = 0, failed_checks = 0;
 
-void expect(bool ok, const std::string& what) {
+// The summary line of one check (bench/cuda/run_device.sh's log shows them),
+// counted for the last line of the run.
+void print_check(bool ok, const std::string& what) {
   std::printf("%s %s\n", ok ? "PASS" : "FAIL", what.c_str());
-  if (!ok) ++failures;
+  ++checks;
+  if (!ok) ++failed_checks;
 }
 
+// A failed CUDA call ends the test case (GoogleTest reports the exception).
 void check_cuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
-    std::printf("FAIL cuda: %s: %s\n", what, cudaGetErrorString(status));
-    std::exit(1);
+    const std::string message = std::string("cuda: ") + what + ": " + cudaGetErrorString(status);
+    print_check(false, message);
+    throw std::runtime_error(message);
   }
 }
 
@@ -158,6 +170,28 @@ struct SelectionMeter {
     return text;
   }
 };
+
+// Output checks: every element written, relative error within `tolerance`.
+void expect_output(const ErrorMeter& meter, const std::string& what, double tolerance = 1e-2) {
+  print_check(meter.ok(tolerance), what + ": " + meter.describe());
+  EXPECT_EQ(meter.unwritten, 0) << what << ": outputs left unwritten or non-finite";
+  EXPECT_LE(meter.relative(), tolerance) << what << ": relative error against the CPU reference";
+}
+
+// Index-set checks: well-formed, mass within 1e-3 of the CPU set's, differences only at near-ties.
+void expect_selection(const SelectionMeter& selection, const std::string& what) {
+  print_check(selection.ok(), what + ": " + selection.describe());
+  EXPECT_EQ(selection.malformed, 0) << what << ": sets not ascending, out of range or of the wrong size";
+  EXPECT_EQ(selection.short_mass, 0) << what << ": sets capturing less than the CPU set's mass minus 1e-3 (worst deficit "
+                                     << selection.worst_deficit << ")";
+  EXPECT_EQ(selection.bad_ties, 0) << what << ": indices differing from the CPU set away from the k-th score";
+}
+
+// Dense LSE: worst absolute error against the CPU's (infinite if any is not finite).
+void expect_lse(double worst, const std::string& what) {
+  print_check(worst <= 2e-3, what + ": worst abs err " + std::to_string(worst));
+  EXPECT_LE(worst, 2e-3) << what << ": worst absolute error against the CPU LSE";
+}
 
 struct Problem {
   bool bf16;
@@ -292,8 +326,8 @@ void test_decode(const Problem& p, const kc::Budget& budget) {
           worst_lse = std::isfinite(value) ? std::max(worst_lse, double(std::fabs(value - cpu_lse[r]))) : INFINITY;
         }
       }
-    expect(meter.ok(1e-2), name + " dense output: " + meter.describe());
-    expect(worst_lse <= 2e-3, name + " dense LSE: worst abs err " + std::to_string(worst_lse));
+    expect_output(meter, name + " dense output");
+    expect_lse(worst_lse, name + " dense LSE");
   }
 
   // Anchor (sparse output, then layer-0 style dense output) and reuse.
@@ -317,7 +351,7 @@ void test_decode(const Problem& p, const kc::Budget& budget) {
     bool counts_ok = true;
     for (int b = 0; b < p.batch(); ++b) {
       const int64_t n = p.lens[b];
-      counts_ok = counts_ok && gpu_counts[b] == ka::budget(n, budget.percent, budget.min_keys);
+      counts_ok = counts_ok && gpu_counts[b] == kascade::budget(n, budget.percent, budget.min_keys);
       for (int h = 0; h < p.n_kv_heads; ++h) {
         std::vector<int32_t> cpu_set(rule.count(n));
         ka::anchor_decode(group_queries(b, h), cache.rows(p, b, h).keys, d, d, rule, cpu_set.data());
@@ -327,9 +361,10 @@ void test_decode(const Problem& p, const kc::Budget& budget) {
         compare(gpu, b, h, reference(b, h, dense_output ? nullptr : &gpu_set), meter);
       }
     }
-    expect(counts_ok, label + " counts equal budget(N)");
-    expect(selection.ok(), label + " selection: " + selection.describe());
-    expect(meter.ok(1e-2), label + " output: " + meter.describe());
+    print_check(counts_ok, label + " counts equal budget(N)");
+    EXPECT_TRUE(counts_ok) << label << ": counts differ from budget(N)";
+    expect_selection(selection, label + " selection");
+    expect_output(meter, label + " output");
   }
 
   // Reuse through a head map, over the anchor's (GPU) sets.
@@ -350,7 +385,7 @@ void test_decode(const Problem& p, const kc::Budget& budget) {
         const std::vector<int32_t> set(first, first + gpu_counts[b]);
         compare(gpu, b, h, reference(b, h, &set), meter);
       }
-    expect(meter.ok(1e-2), name + " reuse (head map) output: " + meter.describe());
+    expect_output(meter, name + " reuse (head map) output");
   }
 }
 
@@ -410,8 +445,8 @@ void test_prefill(const Problem& p, const kc::Budget& budget, int tile) {
             worst_lse = std::isfinite(value) ? std::max(worst_lse, double(std::fabs(value - cpu_lse[t * g + r]))) : INFINITY;
           }
       }
-    expect(meter.ok(1e-2), name + " dense output: " + meter.describe());
-    expect(worst_lse <= 2e-3, name + " dense LSE: worst abs err " + std::to_string(worst_lse));
+    expect_output(meter, name + " dense output");
+    expect_lse(worst_lse, name + " dense LSE");
   }
 
   const kc::PrefillIndexLayout layout = kc::prefill_index_layout(max_len, tile, budget);
@@ -454,8 +489,8 @@ void test_prefill(const Problem& p, const kc::Budget& budget, int tile) {
         }
         if (dense_output) compare_rows(gpu, b, h, 0, p.lens[b], dense_reference(b, h), meter);
       }
-    expect(selection.ok(), label + " selection: " + selection.describe());
-    expect(meter.ok(1e-2), label + " output: " + meter.describe());
+    expect_selection(selection, label + " selection");
+    expect_output(meter, label + " output");
   }
 
   const std::vector<int> map = random_head_map(p.n_kv_heads);
@@ -479,7 +514,7 @@ void test_prefill(const Problem& p, const kc::Budget& budget, int tile) {
           compare_rows(gpu, b, h, s, count, ref, meter);
         }
       }
-    expect(meter.ok(1e-2), name + " reuse (head map) output: " + meter.describe());
+    expect_output(meter, name + " reuse (head map) output");
   }
 }
 
@@ -527,8 +562,9 @@ void test_top_k() {
     ka::select_top_k(values.data() + size_t(r) * stride, lengths[r], ks[r], cpu.data());
     if (!std::equal(cpu.begin(), cpu.end(), gpu.begin() + size_t(r) * stride)) ++mismatched;
   }
-  expect(mismatched == 0, "top_k with ties equals select_top_k exactly (" + std::to_string(rows - mismatched) + "/" +
-                              std::to_string(rows) + " rows)");
+  print_check(mismatched == 0, "top_k with ties equals select_top_k exactly (" + std::to_string(rows - mismatched) +
+                                   "/" + std::to_string(rows) + " rows)");
+  EXPECT_EQ(mismatched, 0) << "rows where top_k differs from select_top_k";
 }
 
 void test_budget() {
@@ -537,56 +573,111 @@ void test_budget() {
     for (int64_t min_keys : {0, 16, 128})
       for (int64_t n = 0; n < 300000; n += 1 + n / 97) {
         const kc::Budget budget{percent, min_keys};
-        if (kc::budget_keys(budget, n) != ka::budget(n, percent, min_keys)) ++mismatched;
+        const int64_t gpu = kc::budget_keys(budget, n), cpu = kascade::budget(n, percent, min_keys);
+        if (gpu != cpu && mismatched++ == 0)
+          ADD_FAILURE() << "budget_keys(" << percent << "%, min " << min_keys << ", N=" << n << ") = " << gpu
+                        << ", kascade::budget = " << cpu;
       }
-  expect(mismatched == 0, "budget_keys equals kascade::budget");
+  print_check(mismatched == 0, "budget_keys equals kascade::budget");
+  EXPECT_EQ(mismatched, 0) << "(percent, min_keys, N) where budget_keys differs from kascade::budget";
 }
+
+// Cases that run kernels skip without a CUDA device (the build machines).
+class KascadeCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static const std::string missing = [] {
+      int count = 0;
+      const cudaError_t status = cudaGetDeviceCount(&count);
+      if (status != cudaSuccess) {
+        cudaGetLastError();  // clear it
+        return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(status);
+      }
+      if (count == 0) return std::string("cudaGetDeviceCount found 0 devices");
+      cudaDeviceProp properties{};
+      if (cudaGetDeviceProperties(&properties, 0) == cudaSuccess)
+        std::printf("device 0: %s, sm_%d%d\n", properties.name, properties.major, properties.minor);
+      return std::string();
+    }();
+    if (!missing.empty()) GTEST_SKIP() << "no CUDA device (" << missing << "); these cases need a Hopper GPU";
+  }
+};
+
+const kc::Budget kStandard;  // 10%, min 128
+const kc::Budget kSmall{10.0, 16};
+
+// Host side only: runs without a GPU too.
+TEST(KascadeCudaHost, BudgetKeysEqualsKascadeBudget) { test_budget(); }
+
+TEST_F(KascadeCuda, TopKWithTiesEqualsSelectTopK) { test_top_k(); }
+
+TEST_F(KascadeCuda, DecodeF16) { test_decode({false, 32, 8, 128, {1000, 4097, 130, 77, 20000}}, kStandard); }
+TEST_F(KascadeCuda, PrefillF16) { test_prefill({false, 32, 8, 128, {1500, 777}}, kStandard, 32); }
+TEST_F(KascadeCuda, DecodeBf16) { test_decode({true, 32, 8, 128, {1000, 4097, 130, 77, 20000}}, kStandard); }
+TEST_F(KascadeCuda, PrefillBf16) { test_prefill({true, 32, 8, 128, {1500, 777}}, kStandard, 32); }
+
+TEST_F(KascadeCuda, DecodeHeadDim64Group3) { test_decode({false, 9, 3, 64, {3001, 129, 5}}, kSmall); }
+TEST_F(KascadeCuda, DecodeHeadDim256) { test_decode({true, 8, 4, 256, {2500, 700}}, kStandard); }
+// g = 24: two head blocks.
+TEST_F(KascadeCuda, DecodeGroup24) { test_decode({false, 24, 1, 64, {1900, 333}}, kSmall); }
+// Few rows, long ones: the pooled selection splits each row over a cluster
+// of 8 blocks; 77 keys leave three of them empty segments.
+TEST_F(KascadeCuda, DecodeFewLongRows) { test_decode({false, 16, 2, 128, {70001, 77, 16385}}, kStandard); }
+// 256 (sequence, KV head) rows with g = 4: scores key-major, as at batch 64.
+TEST_F(KascadeCuda, DecodeManyRows) {
+  std::vector<int> many(32);
+  for (int b = 0; b < 32; ++b) many[b] = 200 + int(rng() % 1800);
+  test_decode({false, 32, 8, 64, many}, kStandard);
+}
+// Constant score rows: the threshold bin holds every key (general radix
+// select over the recomputed pooled row; ties to the lower index).
+TEST_F(KascadeCuda, DecodeConstantScores) { test_decode({false, 8, 2, 128, {5000, 1500}, 0.f}, kStandard); }
+// Segments too long for their bins to stay in shared memory: a row cut
+// among 8 blocks of 37504 keys, and 67 rows of one block each.
+TEST_F(KascadeCuda, DecodeLongSegments) {
+  test_decode({true, 2, 1, 64, {300001}}, kStandard);
+  test_decode({false, 67, 67, 64, {33000}}, kStandard);
+}
+
+TEST_F(KascadeCuda, PrefillHeadDim64Tile16) { test_prefill({false, 9, 3, 64, {1333, 500}}, kSmall, 16); }
+TEST_F(KascadeCuda, PrefillHeadDim64Tile64) { test_prefill({true, 9, 3, 64, {1100}}, kSmall, 64); }
+// head_dim 64, g = 8, two sequences.
+TEST_F(KascadeCuda, PrefillHeadDim64Group8) { test_prefill({false, 16, 2, 64, {2100, 333}}, kStandard, 32); }
+TEST_F(KascadeCuda, PrefillHeadDim256) { test_prefill({false, 8, 4, 256, {900, 450}}, kStandard, 64); }
+// 512-row tiles: four row blocks.
+TEST_F(KascadeCuda, PrefillFourRowBlocks) { test_prefill({true, 16, 1, 128, {1000}}, kSmall, 32); }
+// g = 3: 192-row tiles, half a row block padding.
+TEST_F(KascadeCuda, PrefillGroup3Tile64) { test_prefill({false, 12, 4, 128, {700, 333}}, kSmall, 64); }
+// g = 3, 48-row tiles: mostly padding rows.
+TEST_F(KascadeCuda, PrefillGroup3Tile16) { test_prefill({true, 6, 2, 128, {517}}, kSmall, 16); }
+// Peaked: references move mid-row.
+TEST_F(KascadeCuda, PrefillPeaked) { test_prefill({false, 8, 2, 128, {2600, 900}, 48.f}, kStandard, 32); }
+
+// Seeds the inputs once per run and prints the seed; prints the checks'
+// verdict last. (Not on --gtest_list_tests, whose output ctest parses.)
+class RunEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    const char* fixed = std::getenv("KASCADE_TEST_SEED");
+    const uint64_t seed = fixed ? std::strtoull(fixed, nullptr, 10)
+                                : uint64_t(std::chrono::high_resolution_clock::now().time_since_epoch().count());
+    rng.seed(seed);
+    std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  }
+  void TearDown() override {
+    const ::testing::UnitTest& run = *::testing::UnitTest::GetInstance();
+    const bool failed = failed_checks > 0 || run.failed_test_count() > 0;
+    const int skipped = run.skipped_test_count();
+    std::printf("%s: %d failure(s) in %d checks, %d case(s) skipped\n",
+                failed ? "FAILED" : skipped ? "PASSED, NOT ALL RUN" : "ALL PASSED", failed_checks, checks, skipped);
+  }
+};
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a hung or killed run still shows how far it got
-  const uint64_t seed = std::chrono::high_resolution_clock::now().time_since_epoch().count();
-  rng.seed(seed);
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  try {
-    test_budget();
-    test_top_k();
-    const kc::Budget standard;  // 10%, min 128
-    const kc::Budget small{10.0, 16};
-    for (bool bf16 : {false, true}) {
-      test_decode({bf16, 32, 8, 128, {1000, 4097, 130, 77, 20000}}, standard);
-      test_prefill({bf16, 32, 8, 128, {1500, 777}}, standard, 32);
-    }
-    test_decode({false, 9, 3, 64, {3001, 129, 5}}, small);
-    test_decode({true, 8, 4, 256, {2500, 700}}, standard);
-    test_decode({false, 24, 1, 64, {1900, 333}}, small);  // g = 24: two head blocks
-    // Few rows, long ones: the pooled selection splits each row over a cluster
-    // of 8 blocks; 77 keys leave three of them empty segments.
-    test_decode({false, 16, 2, 128, {70001, 77, 16385}}, standard);
-    // 256 (sequence, KV head) rows with g = 4: scores key-major, as at batch 64.
-    std::vector<int> many(32);
-    for (int b = 0; b < 32; ++b) many[b] = 200 + int(rng() % 1800);
-    test_decode({false, 32, 8, 64, many}, standard);
-    // Constant score rows: the threshold bin holds every key (general radix
-    // select over the recomputed pooled row; ties to the lower index).
-    test_decode({false, 8, 2, 128, {5000, 1500}, 0.f}, standard);
-    // Segments too long for their bins to stay in shared memory: a row cut
-    // among 8 blocks of 37504 keys, and 67 rows of one block each.
-    test_decode({true, 2, 1, 64, {300001}}, standard);
-    test_decode({false, 67, 67, 64, {33000}}, standard);
-    test_prefill({false, 9, 3, 64, {1333, 500}}, small, 16);
-    test_prefill({true, 9, 3, 64, {1100}}, small, 64);
-    test_prefill({false, 16, 2, 64, {2100, 333}}, standard, 32);  // head_dim 64, g = 8, two sequences
-    test_prefill({false, 8, 4, 256, {900, 450}}, standard, 64);
-    test_prefill({true, 16, 1, 128, {1000}}, small, 32);  // 512-row tiles: four row blocks
-    test_prefill({false, 12, 4, 128, {700, 333}}, small, 64);  // g = 3: 192-row tiles, half a row block padding
-    test_prefill({true, 6, 2, 128, {517}}, small, 16);         // g = 3, 48-row tiles: mostly padding rows
-    test_prefill({false, 8, 2, 128, {2600, 900}, 48.f}, standard, 32);  // peaked: references move mid-row
-  } catch (const std::exception& error) {
-    std::printf("FAIL exception: %s\n", error.what());
-    return 1;
-  }
-  std::printf("%s: %d failure(s)\n", failures ? "FAILED" : "ALL PASSED", failures);
-  return failures ? 1 : 0;
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new RunEnvironment);
+  return RUN_ALL_TESTS();
 }
