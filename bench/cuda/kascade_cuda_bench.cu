@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention_fixtures.h"
 #include "cuda/kascade_cuda.h"
 
 namespace kc = kascade::cuda;
@@ -213,7 +214,17 @@ struct Shape {
   bool bf16;
   int batch, n_heads, n_kv_heads, head_dim;
   int seq_len;
+  kc::fixtures::Geometry geometry() const { return {bf16, batch, n_heads, n_kv_heads, head_dim}; }
 };
+
+// Every sequence of the batch is s.seq_len long, in a cache of that capacity.
+kc::AttentionArgs make_args(const Shape& s, const uint16_t* keys, const uint16_t* values, const int* seq_lens,
+                            const uint16_t* queries, uint16_t* output) {
+  return kc::fixtures::attention_args(
+      s.geometry(),
+      {.keys = keys, .values = values, .capacity = s.seq_len, .seq_lens = seq_lens, .max_seq_len = s.seq_len},
+      queries, output);
+}
 
 FILE* csv = nullptr;
 
@@ -270,19 +281,7 @@ void bench_decode(const Shape& s, const kc::Budget& budget, Timer& timer, KvAren
   int* head_map = device_alloc<int>(s.n_kv_heads);
   CHECK(cudaMemcpy(head_map, map.data(), s.n_kv_heads * sizeof(int), cudaMemcpyHostToDevice));
 
-  kc::AttentionArgs args;
-  args.dtype = s.bf16 ? kc::DType::BF16 : kc::DType::F16;
-  args.batch = s.batch;
-  args.n_heads = s.n_heads;
-  args.n_kv_heads = s.n_kv_heads;
-  args.head_dim = s.head_dim;
-  args.queries = queries;
-  args.keys = keys;
-  args.values = values;
-  args.capacity = s.seq_len;
-  args.seq_lens = seq_lens;
-  args.max_seq_len = s.seq_len;
-  args.output = output;
+  const kc::AttentionArgs args = make_args(s, keys, values, seq_lens, queries, output);
 
   const double index_bytes = double(s.batch) * s.n_kv_heads * k * 4;
   const double kv_bytes = double(kv) * 2 * 2;
@@ -386,31 +385,16 @@ void bench_prefill(const Shape& s, const kc::Budget& budget, int tile, Timer& ti
   CHECK(cudaMemcpy(seq_lens, lens.data(), s.batch * sizeof(int), cudaMemcpyHostToDevice));
 
   const kc::PrefillIndexLayout layout = kc::prefill_index_layout(s.seq_len, tile, budget);
-  kc::PrefillIndexSets sets;
-  sets.tile = tile;
-  sets.per_head = layout.per_head();
-  sets.indices = device_alloc<int>(int64_t(s.batch) * s.n_kv_heads * sets.per_head);
   int64_t* offsets = device_alloc<int64_t>(int64_t(layout.offsets.size()));
   CHECK(cudaMemcpy(offsets, layout.offsets.data(), layout.offsets.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
-  sets.tile_offsets = offsets;
+  const kc::PrefillIndexSets sets = kc::fixtures::prefill_index_sets(
+      device_alloc<int>(int64_t(s.batch) * s.n_kv_heads * layout.per_head()), offsets, layout, tile);
   std::vector<int> map(s.n_kv_heads);
   for (int h = 0; h < s.n_kv_heads; ++h) map[h] = (h * 3 + 1) % s.n_kv_heads;
   int* head_map = device_alloc<int>(s.n_kv_heads);
   CHECK(cudaMemcpy(head_map, map.data(), s.n_kv_heads * sizeof(int), cudaMemcpyHostToDevice));
 
-  kc::AttentionArgs args;
-  args.dtype = s.bf16 ? kc::DType::BF16 : kc::DType::F16;
-  args.batch = s.batch;
-  args.n_heads = s.n_heads;
-  args.n_kv_heads = s.n_kv_heads;
-  args.head_dim = s.head_dim;
-  args.queries = queries;
-  args.keys = keys;
-  args.values = values;
-  args.capacity = s.seq_len;
-  args.seq_lens = seq_lens;
-  args.max_seq_len = s.seq_len;
-  args.output = output;
+  const kc::AttentionArgs args = make_args(s, keys, values, seq_lens, queries, output);
 
   // FLOPs actually needed: causal dense 4*d per (row, visible key); sparse
   // rows see their tile's selected keys plus their own causal prefix.

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "attention/kascade_ops.h"
+#include "attention_fixtures.h"
 #include "core/half.h"
 #include "cuda/kascade_cuda.h"
 
@@ -214,6 +215,7 @@ struct Problem {
   int batch() const { return int(lens.size()); }
   int group() const { return n_heads / n_kv_heads; }
   int max_len() const { return *std::max_element(lens.begin(), lens.end()); }
+  kc::fixtures::Geometry geometry() const { return {bf16, batch(), n_heads, n_kv_heads, head_dim}; }
 };
 
 // The KV cache, [batch][G][capacity][d], on both sides.
@@ -237,23 +239,13 @@ struct Cache {
   ka::KeyValueRows rows(const Problem& p, int b, int h) const {
     return {keys.values.data() + head_offset(p, b, h), values.values.data() + head_offset(p, b, h), p.head_dim};
   }
+  kc::fixtures::DeviceCache device(const Problem& p) const {
+    return {device_keys.data, device_values.data, capacity, seq_lens.data, p.max_len()};
+  }
 };
 
 kc::AttentionArgs make_args(const Problem& p, const Cache& cache, const void* queries, void* output) {
-  kc::AttentionArgs args;
-  args.dtype = p.bf16 ? kc::DType::BF16 : kc::DType::F16;
-  args.batch = p.batch();
-  args.n_heads = p.n_heads;
-  args.n_kv_heads = p.n_kv_heads;
-  args.head_dim = p.head_dim;
-  args.queries = queries;
-  args.keys = cache.device_keys.data;
-  args.values = cache.device_values.data;
-  args.capacity = cache.capacity;
-  args.seq_lens = cache.seq_lens.data;
-  args.max_seq_len = p.max_len();
-  args.output = output;
-  return args;
+  return kc::fixtures::attention_args(p.geometry(), cache.device(p), queries, output);
 }
 
 // CPU pooled post-softmax scores of `rows` over candidates [0, n).
@@ -453,7 +445,7 @@ void test_prefill(const Problem& p, const kc::Budget& budget, int tile) {
   DeviceBuffer<int> indices(size_t(p.batch()) * p.n_kv_heads * layout.per_head());
   DeviceBuffer<int64_t> offsets(layout.offsets.size());
   offsets.upload(layout.offsets);
-  kc::PrefillIndexSets sets{indices.data, offsets.data, layout.per_head(), tile};
+  const kc::PrefillIndexSets sets = kc::fixtures::prefill_index_sets(indices.data, offsets.data, layout, tile);
   ka::SelectionRule rule;
   rule.percent = budget.percent;
   rule.min_k = budget.min_keys;
