@@ -2,6 +2,7 @@
 // the field), plans grids and split counts, carves the workspace, and chains
 // the kernels that make up an anchor or reuse layer.
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -113,6 +114,17 @@ void validate(const AttentionArgs& args) {
   if (args.max_seq_len < 1) fail("cuda attention: max_seq_len {} must be >= 1", args.max_seq_len);
   if (args.capacity < args.max_seq_len)
     fail("cuda attention: capacity {} is below max_seq_len {}", args.capacity, args.max_seq_len);
+  if (args.page_table) {
+    if (args.page_size < 16 || (args.page_size & (args.page_size - 1)) != 0)
+      fail("cuda attention: page_size {} is not a power of two >= 16", args.page_size);
+    if (args.page_table_stride < 1 || args.capacity != args.page_table_stride * args.page_size)
+      fail("cuda attention: capacity {} is not page_table_stride {} x page_size {}", args.capacity,
+           args.page_table_stride, args.page_size);
+  }
+}
+
+void require_contiguous(const AttentionArgs& args, const char* call) {
+  if (args.page_table) fail("{}: prefill reads a contiguous cache (page_table must be null)", call);
 }
 
 // Bump allocator over one workspace reservation.
@@ -138,6 +150,11 @@ detail::DecodeParams decode_params(const AttentionArgs& args) {
   p.keys = args.keys;
   p.values = args.values;
   p.kv_head_stride = args.capacity * args.head_dim;
+  if (args.page_table) {
+    p.page_table = args.page_table;
+    p.page_shift = std::countr_zero(unsigned(args.page_size));
+    p.page_table_stride = args.page_table_stride;
+  }
   p.seq_lens = args.seq_lens;
   p.batch = args.batch;
   p.n_heads = args.n_heads;
@@ -348,6 +365,7 @@ void top_k(const float* values, int64_t row_stride, const int* lengths, const in
 
 void dense_prefill(const AttentionArgs& args, float* lse, Workspace& workspace, cudaStream_t stream) {
   validate(args);
+  require_contiguous(args, "dense_prefill");
   (void)workspace;  // dense prefill needs no scratch
   detail::PrefillParams p = prefill_params(args);
   p.lse = lse;
@@ -358,6 +376,7 @@ void dense_prefill(const AttentionArgs& args, float* lse, Workspace& workspace, 
 void anchor_prefill(const AttentionArgs& args, const Budget& budget, bool dense_output,
                     const PrefillIndexSets& selection, Workspace& workspace, cudaStream_t stream) {
   validate(args);
+  require_contiguous(args, "anchor_prefill");
   validate_prefill_sets(selection, "selection");
   if (!(budget.percent > 0 && budget.percent <= 100) || budget.min_keys < 0)
     fail("anchor_prefill: budget percent {} / min_keys {} out of range", budget.percent, budget.min_keys);
@@ -409,6 +428,7 @@ void anchor_prefill(const AttentionArgs& args, const Budget& budget, bool dense_
 void reuse_prefill(const AttentionArgs& args, const PrefillIndexSets& anchor, const int* head_map,
                    Workspace& workspace, cudaStream_t stream) {
   validate(args);
+  require_contiguous(args, "reuse_prefill");
   validate_prefill_sets(anchor, "anchor");
   (void)workspace;  // reads the anchor's sets in place
   detail::PrefillParams p = prefill_params(args);

@@ -99,9 +99,17 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
   const int n_chunks = begin < end ? (end - begin + kChunkKeys - 1) / kChunkKeys : 0;
   const int my_chunks = n_chunks > warp ? (n_chunks - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
 
+  // Element offset of the cache row of `position` (paged: through the page table).
   const int64_t kv_offset = (int64_t(b) * p.n_kv_heads + kv_head) * p.kv_head_stride;
-  const T* key_base = static_cast<const T*>(p.keys) + kv_offset;
-  const T* value_base = static_cast<const T*>(p.values) + kv_offset;
+  const int* page_row = p.page_table ? p.page_table + b * p.page_table_stride : nullptr;
+  const int page_mask = (1 << p.page_shift) - 1;
+  auto row_offset = [&](int position) -> int64_t {
+    if (!page_row) return kv_offset + int64_t(position) * kHeadDim;
+    const int64_t page = __ldg(page_row + (position >> p.page_shift));
+    return (((page * p.n_kv_heads + kv_head) << p.page_shift) + (position & page_mask)) * kHeadDim;
+  };
+  const T* key_base = static_cast<const T*>(p.keys);
+  const T* value_base = static_cast<const T*>(p.values);
   const int* index_row = nullptr;
   if constexpr (kSparse) {
     const int set_head = p.head_map ? p.head_map[kv_head] : kv_head;
@@ -150,7 +158,7 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
         int position = key0 + row;
         if constexpr (kSparse) position = __shfl_sync(0xffffffffu, my_position, row);
         if (!valid) position = 0;
-        const int64_t element = int64_t(position) * kHeadDim + chunk * 8;
+        const int64_t element = row_offset(position) + chunk * 8;
         cp_async_16(key_tile + Tile::offset(row, chunk), key_base + element, valid);
         if constexpr (Config::kReadValues)
           cp_async_16(value_tile + Tile::offset(row, chunk), value_base + element, valid);

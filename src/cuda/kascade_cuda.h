@@ -7,7 +7,8 @@
 // bad ones raise kascade::Error naming the field.
 //
 // Layouts (elements of `dtype` unless noted):
-//   KV cache   keys/values [batch][n_kv_heads][capacity][head_dim]
+//   KV cache   keys/values [batch][n_kv_heads][capacity][head_dim], or paged
+//              (decode; see AttentionArgs::page_table)
 //   decode     queries/output [batch][n_heads][head_dim]
 //   prefill    queries/output [batch][max_seq_len][n_heads][head_dim]
 //   LSE        fp32, natural log: decode [batch][n_heads],
@@ -54,6 +55,14 @@ struct AttentionArgs {
   const int* seq_lens = nullptr;  // [batch], each in [1, capacity]
   int max_seq_len = 0;          // host copy of max(seq_lens): sizes grids and workspaces
   void* output = nullptr;
+  // Paged KV cache (decode only; null: the contiguous layout above). keys and
+  // values then point at a pool of pages [page][n_kv_heads][page_size][head_dim],
+  // and position p of sequence b lives in page page_table[b * page_table_stride
+  // + p / page_size]; capacity is page_table_stride * page_size. Index sets
+  // stay logical positions.
+  const int* page_table = nullptr;
+  int page_size = 0;  // a power of two, >= 16
+  int64_t page_table_stride = 0;
 };
 
 // Decode index sets: [batch][n_kv_heads][max_keys] int32, ascending; the

@@ -48,6 +48,11 @@ struct DecodeParams {
   const void* keys = nullptr;
   const void* values = nullptr;
   int64_t kv_head_stride = 0;  // capacity * head_dim elements
+  // Paged cache (null: contiguous): position p of sequence b is row p % 2^page_shift
+  // of page page_table[b * page_table_stride + (p >> page_shift)].
+  const int* page_table = nullptr;
+  int page_shift = 0;
+  int64_t page_table_stride = 0;
   const int* seq_lens = nullptr;
   // Sparse key lists (null for dense): indices[(b*G + head_map[h])*index_stride + j], j < counts[b].
   const int* indices = nullptr;

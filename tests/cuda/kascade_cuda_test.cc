@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <set>
 #include <span>
@@ -34,6 +35,7 @@
 
 #include "attention/kascade_ops.h"
 #include "attention_fixtures.h"
+#include "core/error.h"
 #include "core/half.h"
 #include "cuda/kascade_cuda.h"
 
@@ -381,6 +383,84 @@ void test_decode(const Problem& p, const kc::Budget& budget) {
   }
 }
 
+// The decode passes over a paged cache (pages of `page_size` positions in a
+// shuffled pool) against the same passes over the contiguous cache: the same
+// kernels with other addresses, so outputs and index sets must be bit-equal.
+void test_decode_paged(const Problem& p, const kc::Budget& budget, int page_size) {
+  const std::string name = "paged decode (pages of " + std::to_string(page_size) + ") " + p.name();
+  Cache cache(p);
+  const int d = p.head_dim, G = p.n_kv_heads;
+  const int64_t pages_per_sequence = (cache.capacity + page_size - 1) / page_size;
+  const int64_t n_pages = int64_t(p.batch()) * pages_per_sequence;
+  std::vector<int> table(static_cast<size_t>(n_pages));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  std::vector<uint16_t> pool_keys(size_t(n_pages) * G * page_size * d), pool_values(pool_keys.size());
+  for (int b = 0; b < p.batch(); ++b)
+    for (int h = 0; h < G; ++h)
+      for (int64_t pos = 0; pos < cache.capacity; ++pos) {
+        const int64_t page = table[size_t(b * pages_per_sequence + pos / page_size)];
+        const int64_t to = ((page * G + h) * page_size + pos % page_size) * d;
+        const int64_t from = cache.head_offset(p, b, h) + pos * d;
+        std::copy_n(cache.keys.bits.begin() + from, d, pool_keys.begin() + to);
+        std::copy_n(cache.values.bits.begin() + from, d, pool_values.begin() + to);
+      }
+  DeviceBuffer<uint16_t> device_pool_keys(pool_keys.size()), device_pool_values(pool_values.size());
+  device_pool_keys.upload(pool_keys);
+  device_pool_values.upload(pool_values);
+  DeviceBuffer<int> device_table(table.size());
+  device_table.upload(table);
+
+  const Tensor16 queries = random_tensor(size_t(p.batch()) * p.n_heads * d, p.bf16, p.query_scale);
+  DeviceBuffer<uint16_t> device_queries(queries.bits.size());
+  device_queries.upload(queries.bits);
+  DeviceBuffer<uint16_t> out_flat(queries.bits.size()), out_paged(queries.bits.size());
+  kc::AttentionArgs flat = make_args(p, cache, device_queries.data, out_flat.data);
+  kc::AttentionArgs paged = flat;
+  paged.keys = device_pool_keys.data;
+  paged.values = device_pool_values.data;
+  paged.output = out_paged.data;
+  paged.page_table = device_table.data;
+  paged.page_size = page_size;
+  paged.page_table_stride = pages_per_sequence;
+  paged.capacity = pages_per_sequence * page_size;
+  kc::Workspace workspace;
+  const int64_t max_keys = kc::budget_keys(budget, p.max_len());
+  DeviceBuffer<int> indices_flat(size_t(p.batch()) * G * max_keys), indices_paged(indices_flat.count);
+  DeviceBuffer<int> counts_flat(p.batch()), counts_paged(p.batch());
+  const kc::DecodeIndexSets sets_flat{indices_flat.data, counts_flat.data, max_keys};
+  const kc::DecodeIndexSets sets_paged{indices_paged.data, counts_paged.data, max_keys};
+  const std::vector<int> map = random_head_map(G);
+  DeviceBuffer<int> device_map(map.size());
+  device_map.upload(map);
+
+  auto same = [&](const std::string& what) {
+    check_cuda(cudaDeviceSynchronize(), what.c_str());
+    const bool ok = out_flat.download() == out_paged.download();
+    print_check(ok, name + " " + what + " output bit-equal");
+    EXPECT_TRUE(ok) << name << " " << what;
+  };
+  out_flat.poison(), out_paged.poison();
+  kc::dense_decode(flat, nullptr, workspace, nullptr);
+  kc::dense_decode(paged, nullptr, workspace, nullptr);
+  same("dense");
+  for (bool dense_output : {false, true}) {
+    out_flat.poison(), out_paged.poison();
+    kc::anchor_decode(flat, budget, dense_output, sets_flat, workspace, nullptr);
+    kc::anchor_decode(paged, budget, dense_output, sets_paged, workspace, nullptr);
+    same(dense_output ? "anchor(layer 0)" : "anchor");
+    const bool sets_ok = indices_flat.download() == indices_paged.download() && counts_flat.download() == counts_paged.download();
+    print_check(sets_ok, name + " anchor index sets equal");
+    EXPECT_TRUE(sets_ok) << name;
+  }
+  out_flat.poison(), out_paged.poison();
+  kc::reuse_decode(flat, sets_flat, device_map.data, workspace, nullptr);
+  kc::reuse_decode(paged, sets_paged, device_map.data, workspace, nullptr);
+  same("reuse");
+  // Prefill refuses a paged cache.
+  EXPECT_THROW(kc::dense_prefill(paged, nullptr, workspace, nullptr), kascade::Error);
+}
+
 void test_prefill(const Problem& p, const kc::Budget& budget, int tile) {
   const std::string name = "prefill T=" + std::to_string(tile) + " " + p.name();
   Cache cache(p);
@@ -631,6 +711,9 @@ TEST_F(KascadeCuda, DecodeLongSegments) {
   test_decode({false, 67, 67, 64, {33000}}, kStandard);
 }
 
+TEST_F(KascadeCuda, DecodePagedF16) { test_decode_paged({false, 32, 8, 128, {1000, 4097, 130, 20000}}, kStandard, 64); }
+TEST_F(KascadeCuda, DecodePagedBf16Group3) { test_decode_paged({true, 9, 3, 64, {3001, 129, 5}}, kSmall, 16); }
+TEST_F(KascadeCuda, DecodePagedBigPages) { test_decode_paged({false, 16, 2, 128, {7001, 77}}, kStandard, 1024); }
 TEST_F(KascadeCuda, PrefillHeadDim64Tile16) { test_prefill({false, 9, 3, 64, {1333, 500}}, kSmall, 16); }
 TEST_F(KascadeCuda, PrefillHeadDim64Tile64) { test_prefill({true, 9, 3, 64, {1100}}, kSmall, 64); }
 // head_dim 64, g = 8, two sequences.
