@@ -152,12 +152,14 @@ class EvalOnModel : public ::testing::Test {
     if (!std::filesystem::exists(default_model_path())) return;
     ops::configure_threads(0);
     model_ = new model::Model(model::Model::load(default_model_path()));
+    backend_ = engine::make_cpu_backend(default_model_path()).release();
     tokenizer_ = new tokenizer::Tokenizer(model_->file());
     corpus_ = new Corpus(Corpus::load(std::string(KASCADE_SOURCE_DIR) + "/data/haystack/haystack.txt"));
   }
   static void TearDownTestSuite() {
     delete corpus_;
     delete tokenizer_;
+    delete backend_;
     delete model_;
   }
   void SetUp() override {
@@ -174,10 +176,12 @@ class EvalOnModel : public ::testing::Test {
     return options;
   }
   static model::Model* model_;
+  static engine::Backend* backend_;
   static tokenizer::Tokenizer* tokenizer_;
   static Corpus* corpus_;
 };
 model::Model* EvalOnModel::model_ = nullptr;
+engine::Backend* EvalOnModel::backend_ = nullptr;
 tokenizer::Tokenizer* EvalOnModel::tokenizer_ = nullptr;
 Corpus* EvalOnModel::corpus_ = nullptr;
 
@@ -187,8 +191,8 @@ TEST_F(EvalOnModel, TailNllMatchesOnePassForward) {
   ASSERT_EQ(tokens.size(), 200u);
   const int64_t tail = 12;
   const kascade::Shape shape = model_->config().attention_shape();
-  model::Sequence seq = model_->new_sequence(200, attention::KvType::F32, attention::make_dense(shape));
-  const double nll = tail_nll(*model_, seq, tokens, tail, 64);
+  const auto seq = backend_->new_sequence({200, {}, attention::KvType::F32});
+  const double nll = tail_nll(*backend_, *seq, tokens, tail, 64);
 
   model::Sequence one_pass = model_->new_sequence(200, attention::KvType::F32, attention::make_dense(shape));
   const int64_t vocab = model_->config().vocab_size;
@@ -208,7 +212,7 @@ TEST_F(EvalOnModel, TailNllMatchesOnePassForward) {
 
 TEST_F(EvalOnModel, SmallRunIsCompleteAndDeterministic) {
   const EvalOptions options = small_options();
-  const EvalRun a = run_eval(*model_, *tokenizer_, *corpus_, options);
+  const EvalRun a = run_eval(*backend_, *tokenizer_, *corpus_, options);
   ASSERT_EQ(a.results.size(), 4u);  // 2 tasks x 1 sample x 2 strategies
   for (const SampleResult& r : a.results) {
     EXPECT_EQ(r.status, "ok") << r.error;
@@ -218,7 +222,7 @@ TEST_F(EvalOnModel, SmallRunIsCompleteAndDeterministic) {
       EXPECT_GT(r.nll_sum, 0);
     }
   }
-  const EvalRun b = run_eval(*model_, *tokenizer_, *corpus_, options);
+  const EvalRun b = run_eval(*backend_, *tokenizer_, *corpus_, options);
   for (size_t i = 0; i < a.results.size(); ++i) {
     EXPECT_EQ(a.results[i].output, b.results[i].output);
     EXPECT_EQ(a.results[i].nll_sum, b.results[i].nll_sum);
@@ -247,7 +251,7 @@ TEST_F(EvalOnModel, SharedDensePrefillMatchesOwnPrefill) {
   options.tasks = {"niah_single", "ppl"};
   options.strategies = {"dense", "kascade-decode-only", "omnikv", "quest", "kascade"};
   options.budget_percent = 5;
-  const EvalRun run = run_eval(*model_, *tokenizer_, *corpus_, options);
+  const EvalRun run = run_eval(*backend_, *tokenizer_, *corpus_, options);
   ASSERT_EQ(run.results.size(), 10u);
   const PromptFormat format(*tokenizer_);
   const PromptCounter count = [&](const std::string& user, const std::string& prefix) {
@@ -259,19 +263,18 @@ TEST_F(EvalOnModel, SharedDensePrefillMatchesOwnPrefill) {
     const StrategySpec spec = parse_strategy_spec(r.strategy, options.budget_percent);
     if (r.task == "ppl") {
       const std::vector<int32_t> tokens = perplexity_tokens(*corpus_, *tokenizer_, 512, 0, options.seed);
-      model::Sequence seq = model_->new_sequence(512, options.kv_type, attention::make_strategy(spec.options, shape));
-      EXPECT_EQ(r.nll_sum, tail_nll(*model_, seq, tokens, options.perplexity_tail, options.prefill_chunk)) << r.strategy;
+      const auto seq = backend_->new_sequence({512, spec.options, options.kv_type});
+      EXPECT_EQ(r.nll_sum, tail_nll(*backend_, *seq, tokens, options.perplexity_tail, options.prefill_chunk)) << r.strategy;
       continue;
     }
     const Sample sample = make_sample(r.task, 512, 0, options.seed, *corpus_, count);
     const std::vector<int32_t> prompt = format.encode(sample.user_message, sample.answer_prefix);
-    model::Sequence seq = model_->new_sequence(int64_t(prompt.size()) + sample.max_new_tokens, options.kv_type,
-                                               attention::make_strategy(spec.options, shape));
+    const auto seq = backend_->new_sequence({int64_t(prompt.size()) + sample.max_new_tokens, spec.options, options.kv_type});
     engine::GenerateOptions generate;
     generate.max_new_tokens = sample.max_new_tokens;
     generate.sampling.temperature = 0;
     generate.prefill_chunk = options.prefill_chunk;
-    EXPECT_EQ(r.output, engine::generate(*model_, *tokenizer_, seq, prompt, generate).text) << r.strategy;
+    EXPECT_EQ(r.output, engine::generate(*backend_, *tokenizer_, *seq, prompt, generate).text) << r.strategy;
   }
 }
 
@@ -280,7 +283,7 @@ TEST_F(EvalOnModel, TimeoutsCountAsFailures) {
   EvalOptions options = small_options();
   options.strategies = {"dense"};
   options.time_limit_seconds = 1e-9;
-  const EvalRun run = run_eval(*model_, *tokenizer_, *corpus_, options);
+  const EvalRun run = run_eval(*backend_, *tokenizer_, *corpus_, options);
   ASSERT_EQ(run.results.size(), 2u);
   for (const SampleResult& r : run.results) {
     EXPECT_EQ(r.status, "timeout");
@@ -302,7 +305,7 @@ TEST_F(EvalOnModel, TimeoutsCountAsFailures) {
 TEST_F(EvalOnModel, LengthAboveContextFailsBeforeAnyWork) {
   EvalOptions options = small_options();
   options.lengths = {256, 9000};
-  EXPECT_THROW(run_eval(*model_, *tokenizer_, *corpus_, options), Error);
+  EXPECT_THROW(run_eval(*backend_, *tokenizer_, *corpus_, options), Error);
 }
 
 }  // namespace

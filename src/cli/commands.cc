@@ -41,6 +41,7 @@ struct GenerateArgs {
   int64_t max_tokens = 256;
   int64_t context = 0;
   int threads = 0;
+  std::string device = "auto";
   std::string kv_type = "f16";
   std::vector<std::string> stops;
   sampling::SamplerOptions sampling{.temperature = 0.0f};
@@ -66,9 +67,9 @@ void run_generate(const GenerateArgs& args) {
   if (args.kv_type != "f16" && args.kv_type != "f32") fail("--kv-type must be f16 or f32, got '{}'", args.kv_type);
   const std::string text = prompt_text(args);
 
-  const model::Model model = model::Model::load(args.model);
-  const tokenizer::Tokenizer tokenizer(model.file());
-  const model::Config& config = model.config();
+  const std::unique_ptr<engine::Backend> backend = engine::make_backend(args.device, args.model);
+  const tokenizer::Tokenizer tokenizer(backend->file());
+  const model::Config& config = backend->config();
 
   std::vector<int32_t> prompt;
   if (args.raw) {
@@ -94,10 +95,10 @@ void run_generate(const GenerateArgs& args) {
 
   attention::StrategyOptions strategy_options = args.attention;
   if (strategy_options.name == "kascade")
-    strategy_options.profile = model::resolve_profile(args.profile, args.model, model, args.quiet);
-  model::Sequence seq =
-      model.new_sequence(capacity, args.kv_type == "f16" ? attention::KvType::F16 : attention::KvType::F32,
-                         attention::make_strategy(strategy_options, config.attention_shape()));
+    strategy_options.profile =
+        model::resolve_profile(args.profile, args.model, config, backend->file(), args.quiet);
+  const std::unique_ptr<engine::BackendSequence> seq = backend->new_sequence(
+      {capacity, strategy_options, args.kv_type == "f16" ? attention::KvType::F16 : attention::KvType::F32});
 
   engine::GenerateOptions options;
   options.max_new_tokens = args.max_tokens;
@@ -120,7 +121,7 @@ void run_generate(const GenerateArgs& args) {
   };
   engine::GenerationResult result;
   try {
-    result = engine::generate(model, tokenizer, seq, prompt, options, callbacks);
+    result = engine::generate(*backend, tokenizer, *seq, prompt, options, callbacks);
   } catch (...) {
     if (line_open) std::fputc('\n', stdout);  // so that the error, on a shared terminal, starts its own line
     throw;
@@ -132,10 +133,10 @@ void run_generate(const GenerateArgs& args) {
   const double decode_rate =
       result.tokens.size() > 1 ? double(result.tokens.size() - 1) / std::max(result.decode_seconds, 1e-9) : 0.0;
   fmt::print(stderr,
-             "\n--- {} | attention {} | prompt {} tokens | prefill {:.1f} tok/s ({:.2f} s) | "
+             "\n--- {} | {} | attention {} | prompt {} tokens | prefill {:.1f} tok/s ({:.2f} s) | "
              "generated {} tokens, decode {:.1f} tok/s | stop: {} | KV cache {} | peak memory {}\n",
-             config.name, seq.attention->name(), result.prompt_tokens, prefill_rate, result.prefill_seconds,
-             result.tokens.size(), decode_rate, result.stop_reason, format_bytes(seq.cache.bytes()),
+             config.name, backend->device_name(), seq->attention_name(), result.prompt_tokens, prefill_rate,
+             result.prefill_seconds, result.tokens.size(), decode_rate, result.stop_reason, format_bytes(seq->kv_bytes()),
              format_bytes(peak_resident_bytes()));
 }
 
@@ -159,6 +160,7 @@ void run_info(const std::string& path) {
   } catch (const Error& e) {
     fmt::print("\nmodel: not runnable here: {}\n", e.what());
   }
+  fmt::print("\ndevices:\n{}", engine::describe_devices());
 }
 
 }  // namespace
@@ -181,6 +183,8 @@ void register_generate(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt, streaming tokens to stdout");
   cmd->add_option("-m,--model", args->model, "GGUF model file")->capture_default_str();
+  cmd->add_option("--device", args->device, fmt::format("Where to run: {}", engine::supported_devices()))
+      ->capture_default_str();
   cmd->add_option("-p,--prompt", args->prompt, "Prompt text");
   cmd->add_option("-f,--prompt-file", args->prompt_file, "Read the prompt from a file");
   cmd->add_flag("--demo", args->demo, "Use the built-in long document and question as the prompt");

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/model_cache.h"
 #include "core/progress.h"
+#include "engine/backend.h"
 #include "eval/harness.h"
 #include "eval/report.h"
 #include "model/fingerprint.h"
@@ -30,6 +31,7 @@ struct EvalArgs {
   std::string profile;
   std::string haystack = std::string(KASCADE_DATA_DIR) + "/haystack/haystack.txt";
   std::string kv_type = "f16";
+  std::string device = "cpu";
   int threads = 0;
   bool quiet = false;
   eval::EvalOptions options;
@@ -62,12 +64,13 @@ void run_eval_command(EvalArgs& args) {
   const eval::Corpus corpus = eval::Corpus::load(args.haystack);
   ops::configure_threads(args.threads);
 
-  const model::Model model = model::Model::load(args.model);
-  const tokenizer::Tokenizer tokenizer(model.file());
-  const eval::EvalPlan plan = eval::plan_eval(options, model.config().context_length);
+  const std::unique_ptr<engine::Backend> backend = engine::make_backend(args.device, args.model);
+  const tokenizer::Tokenizer tokenizer(backend->file());
+  const eval::EvalPlan plan = eval::plan_eval(options, backend->config().context_length);
   for (const eval::StrategySpec& spec : plan.strategies)
     if (spec.options.name == "kascade") {
-      options.kascade_profile = model::resolve_profile(args.profile, args.model, model, args.quiet);
+      options.kascade_profile =
+          model::resolve_profile(args.profile, args.model, backend->config(), backend->file(), args.quiet);
       break;
     }
 
@@ -83,7 +86,7 @@ void run_eval_command(EvalArgs& args) {
       fmt::print(stderr, "\nkascade eval: {} {} sample {} with {}: {} ({})\n", r.task, r.length, r.index, r.strategy,
                  r.status, r.error);
   };
-  const eval::EvalRun run = eval::run_eval(model, tokenizer, corpus, options, callbacks);
+  const eval::EvalRun run = eval::run_eval(*backend, tokenizer, corpus, options, callbacks);
   if (progress) progress->finish();
   const eval::Summary summary = eval::summarize(run);
   eval::print_tables(run, summary, stdout);
@@ -99,6 +102,8 @@ void register_eval(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "eval", "Long-context accuracy (RULER-style tasks) and perplexity of attention strategies, with tables and plots");
   cmd->add_option("-m,--model", args->model, "GGUF model file")->capture_default_str();
+  cmd->add_option("--device", args->device, fmt::format("Where to run: {}", engine::supported_devices()))
+      ->capture_default_str();
   cmd->add_option("--strategies", args->strategies,
                   "Comma-separated strategies: NAME[-p<percent>][-all-heads-pooled|-no-remap|-pre-softmax-pooling|"
                   "-fixed-budget], e.g. dense,kascade,kascade-p5,kascade-no-remap,quest,streaming")

@@ -8,23 +8,23 @@ namespace kascade::engine {
 
 namespace {
 
-void check_request(const model::Sequence& seq, std::span<const int32_t> prompt, const GenerateOptions& options) {
+void check_request(const BackendSequence& seq, std::span<const int32_t> prompt, const GenerateOptions& options) {
   if (prompt.empty()) fail("the prompt is empty");
-  if (int64_t(prompt.size()) >= seq.cache.capacity())
+  if (int64_t(prompt.size()) >= seq.capacity())
     fail("prompt of {} tokens does not fit the context of {} tokens (it needs room for at least one new token)",
-         prompt.size(), seq.cache.capacity());
+         prompt.size(), seq.capacity());
   if (options.max_new_tokens < 0) fail("max new tokens must be >= 0, got {}", options.max_new_tokens);
 }
 
 }  // namespace
 
-GenerationResult generate(const model::Model& model, const tokenizer::Tokenizer& tokenizer,
-                          model::Sequence& seq, std::span<const int32_t> prompt,
-                          const GenerateOptions& options, const GenerateCallbacks& callbacks) {
+GenerationResult generate(Backend& backend, const tokenizer::Tokenizer& tokenizer, BackendSequence& seq,
+                          std::span<const int32_t> prompt, const GenerateOptions& options,
+                          const GenerateCallbacks& callbacks) {
   check_request(seq, prompt, options);
-  if (seq.n_past != 0) fail("generate needs a fresh sequence");
+  if (seq.position() != 0) fail("generate needs a fresh sequence");
   Stopwatch prefill_clock;
-  std::vector<float> logits = model.prefill(
+  std::vector<float> logits = backend.prefill(
       seq, prompt,
       [&](int64_t done) {
         if (callbacks.on_prefill) callbacks.on_prefill(done, int64_t(prompt.size()));
@@ -32,18 +32,18 @@ GenerationResult generate(const model::Model& model, const tokenizer::Tokenizer&
       options.prefill_chunk);
   const double prefill_seconds = prefill_clock.seconds();
   GenerationResult result =
-      generate_after_prefill(model, tokenizer, seq, prompt, std::move(logits), options, callbacks);
+      generate_after_prefill(backend, tokenizer, seq, prompt, std::move(logits), options, callbacks);
   result.prefill_seconds = prefill_seconds;
   return result;
 }
 
-GenerationResult generate_after_prefill(const model::Model& model, const tokenizer::Tokenizer& tokenizer,
-                                        model::Sequence& seq, std::span<const int32_t> prompt,
+GenerationResult generate_after_prefill(Backend& backend, const tokenizer::Tokenizer& tokenizer,
+                                        BackendSequence& seq, std::span<const int32_t> prompt,
                                         std::vector<float> logits, const GenerateOptions& options,
                                         const GenerateCallbacks& callbacks) {
   check_request(seq, prompt, options);
-  if (seq.n_past != int64_t(prompt.size()))
-    fail("the sequence holds {} positions, not the prompt's {}", seq.n_past, prompt.size());
+  if (seq.position() != int64_t(prompt.size()))
+    fail("the sequence holds {} positions, not the prompt's {}", seq.position(), prompt.size());
   GenerationResult result;
   result.prompt_tokens = int64_t(prompt.size());
   sampling::Sampler sampler(options.sampling);
@@ -72,12 +72,13 @@ GenerationResult generate_after_prefill(const model::Model& model, const tokeniz
       break;
     }
     if (int64_t(result.tokens.size()) == options.max_new_tokens) break;
-    if (seq.n_past + 1 > seq.cache.capacity()) {
+    if (seq.position() + 1 > seq.capacity()) {
       result.stop_reason = "context full";
       break;
     }
+    BackendSequence* const batch[1] = {&seq};
     const int32_t next[1] = {token};
-    model.forward(seq, next, 1, logits.data());
+    backend.decode(batch, next, logits.data());
   }
   if (!stops.stopped()) emit(stops.push(decoder.finish()) + stops.finish());
   result.decode_seconds = decode_clock.seconds();

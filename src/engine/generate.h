@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "model/model.h"
+#include "engine/backend.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -37,15 +37,15 @@ struct GenerateCallbacks {
 };
 
 // Runs the prompt through `seq` (which must be empty) and generates until a stop rule fires.
-GenerationResult generate(const model::Model& model, const tokenizer::Tokenizer& tokenizer,
-                          model::Sequence& seq, std::span<const int32_t> prompt,
-                          const GenerateOptions& options, const GenerateCallbacks& callbacks = {});
+GenerationResult generate(Backend& backend, const tokenizer::Tokenizer& tokenizer, BackendSequence& seq,
+                          std::span<const int32_t> prompt, const GenerateOptions& options,
+                          const GenerateCallbacks& callbacks = {});
 
 // The decode loop of generate() for a sequence that already holds `prompt`
 // (prefilled elsewhere, e.g. a copy of a shared dense prefill); `logits` are
 // the last prompt token's.
-GenerationResult generate_after_prefill(const model::Model& model, const tokenizer::Tokenizer& tokenizer,
-                                        model::Sequence& seq, std::span<const int32_t> prompt,
+GenerationResult generate_after_prefill(Backend& backend, const tokenizer::Tokenizer& tokenizer,
+                                        BackendSequence& seq, std::span<const int32_t> prompt,
                                         std::vector<float> logits, const GenerateOptions& options,
                                         const GenerateCallbacks& callbacks = {});
 

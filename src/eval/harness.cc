@@ -30,34 +30,32 @@ double negative_log_probability(std::span<const float> logits, int32_t token) {
 }
 
 // A dense prefill of one work item, shared by the strategies whose prefill is
-// dense (Strategy::dense_prefill): each continues from a copy of its cache.
+// dense (Backend::dense_prefill): each continues from a copy of its cache.
 struct SharedPrefill {
-  std::optional<model::Sequence> seq;
+  std::unique_ptr<engine::BackendSequence> seq;
   std::vector<float> logits;
 };
 
 // Runs tokens through the empty `seq` and returns the last token's logits:
 // by copying the shared dense prefill when the strategy's prefill is dense
 // (computing it first if no strategy has), else by the strategy's own prefill.
-std::vector<float> prefill(const model::Model& model, model::Sequence& seq, std::span<const int32_t> tokens,
+std::vector<float> prefill(engine::Backend& backend, engine::BackendSequence& seq, std::span<const int32_t> tokens,
                            int64_t prefill_chunk, attention::KvType kv_type, SharedPrefill& shared,
                            const std::function<void()>& check) {
   const auto progress = [&](int64_t) { check(); };
-  if (!seq.attention->dense_prefill()) return model.prefill(seq, tokens, progress, prefill_chunk);
+  if (!backend.dense_prefill(seq)) return backend.prefill(seq, tokens, progress, prefill_chunk);
   if (!shared.seq) {
-    model::Sequence dense = model.new_sequence(seq.cache.capacity(), kv_type,
-                                               attention::make_dense(model.config().attention_shape()));
-    shared.logits = model.prefill(dense, tokens, progress, prefill_chunk);
+    std::unique_ptr<engine::BackendSequence> dense = backend.new_sequence({seq.capacity(), {}, kv_type});
+    shared.logits = backend.prefill(*dense, tokens, progress, prefill_chunk);
     shared.seq = std::move(dense);
   }
-  seq.cache.copy_prefix(shared.seq->cache, shared.seq->n_past);
-  seq.n_past = shared.seq->n_past;
+  backend.copy_prefix(seq, *shared.seq);
   return shared.logits;
 }
 
 // One accuracy sample through one strategy: generated reply and its score.
-void run_accuracy(const model::Model& model, const tokenizer::Tokenizer& tokenizer, const Sample& sample,
-                  std::span<const int32_t> prompt, model::Sequence& seq, std::vector<float> logits,
+void run_accuracy(engine::Backend& backend, const tokenizer::Tokenizer& tokenizer, const Sample& sample,
+                  std::span<const int32_t> prompt, engine::BackendSequence& seq, std::vector<float> logits,
                   const std::function<void()>& check, SampleResult& result) {
   engine::GenerateOptions options;
   options.max_new_tokens = sample.max_new_tokens;
@@ -65,21 +63,22 @@ void run_accuracy(const model::Model& model, const tokenizer::Tokenizer& tokeniz
   engine::GenerateCallbacks callbacks;
   callbacks.on_text = [&](const std::string&) { check(); };
   const engine::GenerationResult generated =
-      engine::generate_after_prefill(model, tokenizer, seq, prompt, std::move(logits), options, callbacks);
+      engine::generate_after_prefill(backend, tokenizer, seq, prompt, std::move(logits), options, callbacks);
   result.output = generated.text;
   result.score = recall_score(sample.expected, generated.text);
 }
 
 // Teacher-forced NLL of tokens [prefix, n) after a prefill of [0, prefix)
 // whose last logits are `logits`.
-double score_tail(const model::Model& model, model::Sequence& seq, std::span<const int32_t> tokens, int64_t prefix,
-                  std::vector<float> logits, const std::function<void()>& check) {
+double score_tail(engine::Backend& backend, engine::BackendSequence& seq, std::span<const int32_t> tokens,
+                  int64_t prefix, std::vector<float> logits, const std::function<void()>& check) {
   const int64_t n = int64_t(tokens.size());
   double nll = 0;
   for (int64_t i = prefix; i < n; ++i) {
     nll += negative_log_probability(logits, tokens[size_t(i)]);
     if (i + 1 == n) break;
-    model.forward(seq, tokens.subspan(size_t(i), 1), 1, logits.data());
+    engine::BackendSequence* const batch[1] = {&seq};
+    backend.decode(batch, tokens.subspan(size_t(i), 1), logits.data());
     if (check) check();
   }
   return nll;
@@ -179,23 +178,23 @@ std::vector<int32_t> perplexity_tokens(const Corpus& corpus, const tokenizer::To
   }
 }
 
-double tail_nll(const model::Model& model, model::Sequence& seq, std::span<const int32_t> tokens, int64_t tail,
+double tail_nll(engine::Backend& backend, engine::BackendSequence& seq, std::span<const int32_t> tokens, int64_t tail,
                 int64_t prefill_chunk, const std::function<void()>& check) {
   const int64_t n = int64_t(tokens.size());
   if (tail < 1 || tail >= n) fail("cannot score the last {} of {} tokens", tail, n);
   const int64_t prefix = n - tail;
-  std::vector<float> logits = model.prefill(
+  std::vector<float> logits = backend.prefill(
       seq, tokens.first(size_t(prefix)),
       [&](int64_t) {
         if (check) check();
       },
       prefill_chunk);
-  return score_tail(model, seq, tokens, prefix, std::move(logits), check);
+  return score_tail(backend, seq, tokens, prefix, std::move(logits), check);
 }
 
-EvalRun run_eval(const model::Model& model, const tokenizer::Tokenizer& tokenizer, const Corpus& corpus,
+EvalRun run_eval(engine::Backend& backend, const tokenizer::Tokenizer& tokenizer, const Corpus& corpus,
                  const EvalOptions& options, const EvalCallbacks& callbacks) {
-  const model::Config& config = model.config();
+  const model::Config& config = backend.config();
   EvalRun run;
   run.options = options;
   run.plan = plan_eval(options, config.context_length);
@@ -204,7 +203,8 @@ EvalRun run_eval(const model::Model& model, const tokenizer::Tokenizer& tokenize
   const kascade::Shape shape = config.attention_shape();
   for (StrategySpec& spec : run.plan.strategies) {
     if (spec.options.name == "kascade") spec.options.profile = options.kascade_profile;
-    attention::make_strategy(spec.options, shape);  // invalid options fail here, before any work
+    attention::make_strategy(spec.options, shape);  // invalid options fail here, before any work,
+    backend.new_sequence({2, spec.options, options.kv_type});  // as do strategies the backend does not run
   }
   const PromptFormat format(tokenizer);
   run.prompt_format = std::string(format.name());
@@ -253,14 +253,14 @@ EvalRun run_eval(const model::Model& model, const tokenizer::Tokenizer& tokenize
       };
       try {
         const int64_t capacity = int64_t(item.tokens.size()) + (perplexity ? 0 : item.sample.max_new_tokens);
-        model::Sequence seq = model.new_sequence(capacity, options.kv_type, attention::make_strategy(spec.options, shape));
+        std::unique_ptr<engine::BackendSequence> seq = backend.new_sequence({capacity, spec.options, options.kv_type});
         std::vector<float> logits =
-            prefill(model, seq, prefilled, options.prefill_chunk, options.kv_type, shared, check);
+            prefill(backend, *seq, prefilled, options.prefill_chunk, options.kv_type, shared, check);
         if (perplexity) {
-          result.nll_sum = score_tail(model, seq, item.tokens, int64_t(prefilled.size()), std::move(logits), check);
+          result.nll_sum = score_tail(backend, *seq, item.tokens, int64_t(prefilled.size()), std::move(logits), check);
           result.scored_tokens = options.perplexity_tail;
         } else {
-          run_accuracy(model, tokenizer, item.sample, item.tokens, seq, std::move(logits), check, result);
+          run_accuracy(backend, tokenizer, item.sample, item.tokens, *seq, std::move(logits), check, result);
         }
         result.status = "ok";
       } catch (const TimeLimitExceeded& e) {

@@ -23,7 +23,7 @@
 #include "eval/strategy_spec.h"
 #include "eval/tasks.h"
 #include "kascade/profile.h"
-#include "model/model.h"
+#include "engine/backend.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -98,7 +98,7 @@ std::vector<int32_t> perplexity_tokens(const Corpus& corpus, const tokenizer::To
 // Teacher-forced NLL (nats, summed) of the last `tail` tokens: prefill of the
 // rest, then one decode step per scored token. `check` runs after every chunk
 // and step (the time limit throws from it).
-double tail_nll(const model::Model& model, model::Sequence& seq, std::span<const int32_t> tokens, int64_t tail,
+double tail_nll(engine::Backend& backend, engine::BackendSequence& seq, std::span<const int32_t> tokens, int64_t tail,
                 int64_t prefill_chunk, const std::function<void()>& check = {});
 
 struct EvalCallbacks {
@@ -118,7 +118,7 @@ struct EvalRun {
   double seconds = 0;
 };
 
-EvalRun run_eval(const model::Model& model, const tokenizer::Tokenizer& tokenizer, const Corpus& corpus,
+EvalRun run_eval(engine::Backend& backend, const tokenizer::Tokenizer& tokenizer, const Corpus& corpus,
                  const EvalOptions& options, const EvalCallbacks& callbacks = {});
 
 }  // namespace kascade::eval

@@ -64,8 +64,8 @@ std::string shipped_profile_path(const std::string& model_path) {
 }
 
 kascade::KascadeProfile resolve_profile(const std::string& profile_path, const std::string& model_path,
-                                        const Model& model, bool quiet) {
-  const kascade::Shape shape = model.config().attention_shape();
+                                        const Config& config, const gguf::File& file, bool quiet) {
+  const kascade::Shape shape = config.attention_shape();
   const std::string path = profile_path.empty() ? shipped_profile_path(model_path) : profile_path;
   if (path.empty()) {
     if (!quiet)
@@ -73,7 +73,7 @@ kascade::KascadeProfile resolve_profile(const std::string& profile_path, const s
                          "using evenly spread anchors\n");
     return kascade::default_profile(shape);
   }
-  return load_checked_profile(path, shape, model.file());
+  return load_checked_profile(path, shape, file);
 }
 
 }  // namespace kascade::model

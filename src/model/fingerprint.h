@@ -25,12 +25,12 @@ kascade::KascadeProfile load_checked_profile(const std::string& path, const kasc
 // source tree (empty when there is none).
 std::string shipped_profile_path(const std::string& model_path);
 
-class Model;
+struct Config;
 // The calibration profile for a Kascade run: `profile_path` when given, else
 // the one shipped for the model, else evenly spread anchors (with a warning
 // on stderr unless quiet). A profile made for other weights is an error
 // naming the profile.
 kascade::KascadeProfile resolve_profile(const std::string& profile_path, const std::string& model_path,
-                                        const Model& model, bool quiet);
+                                        const Config& config, const gguf::File& file, bool quiet);
 
 }  // namespace kascade::model

@@ -163,17 +163,13 @@ Config read_config(const gguf::File& file) {
   return config;
 }
 
-Model Model::load(const std::string& path) {
-  Model model(gguf::File::open(path));
-  const gguf::File& file = model.file_;
-  model.config_ = read_config(file);
-  const Config& c = model.config_;
+Weights read_weights(const gguf::File& file, const Config& c) {
   const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
-
-  model.token_embedding_ = read_weight(file, "token_embd.weight", c.d_model, c.vocab_size);
-  model.output_norm_ = read_f32_vector(file, "output_norm.weight", c.d_model);
-  model.output_ = file.find_tensor("output.weight") ? read_weight(file, "output.weight", c.d_model, c.vocab_size)
-                                                     : model.token_embedding_;
+  Weights weights;
+  weights.token_embedding = read_weight(file, "token_embd.weight", c.d_model, c.vocab_size);
+  weights.output_norm = read_f32_vector(file, "output_norm.weight", c.d_model);
+  weights.output = file.find_tensor("output.weight") ? read_weight(file, "output.weight", c.d_model, c.vocab_size)
+                                                     : weights.token_embedding;
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = fmt::format("blk.{}.", l);
     LayerWeights w;
@@ -199,8 +195,15 @@ Model Model::load(const std::string& path) {
       w.post_attention_norm = read_f32_vector(file, p + "post_attention_norm.weight", c.d_model);
       w.post_ffn_norm = read_f32_vector(file, p + "post_ffw_norm.weight", c.d_model);
     }
-    model.layers_.push_back(std::move(w));
+    weights.layers.push_back(std::move(w));
   }
+  return weights;
+}
+
+Model Model::load(const std::string& path) {
+  Model model(gguf::File::open(path));
+  model.config_ = read_config(model.file_);
+  model.weights_ = read_weights(model.file_, model.config_);
   model.move_weights_to_large_pages();
   return model;
 }
@@ -210,8 +213,8 @@ Model Model::load(const std::string& path) {
 // mapped pages (fewer TLB misses). The copy goes in slices, each slice's
 // mapped pages released right after, so resident memory never holds both.
 void Model::move_weights_to_large_pages() {
-  std::vector<ops::Weight*> weights{&token_embedding_, &output_};
-  for (LayerWeights& w : layers_)
+  std::vector<ops::Weight*> weights{&weights_.token_embedding, &weights_.output};
+  for (LayerWeights& w : weights_.layers)
     for (ops::Weight* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) weights.push_back(m);
   const uint8_t* first = weights.front()->data;
   const uint8_t* end = first;
@@ -279,13 +282,13 @@ void Model::forward(Sequence& seq, std::span<const int32_t> tokens, int64_t n_lo
   float *q = a.q.data(), *k = a.k.data(), *v = a.v.data(), *attended = a.attended.data();
   float *gate = a.gate.data(), *up = a.up.data();
 
-  for (int64_t t = 0; t < n; ++t) ops::dequantize_weight_row(token_embedding_, tokens[size_t(t)], x + t * D);
+  for (int64_t t = 0; t < n; ++t) ops::dequantize_weight_row(weights_.token_embedding, tokens[size_t(t)], x + t * D);
   if (c.embedding_scale != 1.0f) ops::scale(x, c.embedding_scale, n * D);
 
   // Local and global layers each count from 0 for their attention.
   int local_index = 0, global_index = 0;
   for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& w = layers_[size_t(l)];
+    const LayerWeights& w = weights_.layers[size_t(l)];
     const bool local = c.is_local_layer(l);
     ops::rms_norm(x, w.attn_norm.data(), normed, n, D, c.rms_epsilon);
     project(w.q, normed, n, q);
@@ -340,8 +343,8 @@ void Model::forward(Sequence& seq, std::span<const int32_t> tokens, int64_t n_lo
 
   if (n_logits > 0) {
     const float* last = x + (n - n_logits) * D;
-    ops::rms_norm(last, output_norm_.data(), normed, n_logits, D, c.rms_epsilon);
-    project(output_, normed, n_logits, logits);
+    ops::rms_norm(last, weights_.output_norm.data(), normed, n_logits, D, c.rms_epsilon);
+    project(weights_.output, normed, n_logits, logits);
     if (c.final_logit_softcap > 0) ops::soft_cap(logits, c.final_logit_softcap, n_logits * c.vocab_size);
   }
   seq.time.matmul_seconds += matmul_seconds;

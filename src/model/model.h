@@ -91,6 +91,19 @@ struct LayerWeights {
   ops::Weight q, k, v, o, gate, up, down;
 };
 
+// Every weight of a model: matrices as views of the file's tensors (their
+// file encoding), norms and biases as fp32.
+struct Weights {
+  ops::Weight token_embedding;
+  std::vector<float> output_norm;
+  ops::Weight output;  // the token embedding when tied
+  std::vector<LayerWeights> layers;
+};
+
+// Reads and checks every tensor the config needs (shapes, supported types);
+// throws Error naming the tensor. The matrices point into `file`.
+Weights read_weights(const gguf::File& file, const Config& config);
+
 // Receives per-layer activations during a forward pass (calibration uses it
 // for layer importance). Pointers are valid only during the call.
 struct ForwardObserver {
@@ -168,10 +181,7 @@ class Model {
   gguf::File file_;
   LargePageBuffer weight_pages_;  // the matrices' bytes, which the ops::Weights point into
   Config config_;
-  ops::Weight token_embedding_;
-  std::vector<float> output_norm_;
-  ops::Weight output_;  // the token embedding when tied
-  std::vector<LayerWeights> layers_;
+  Weights weights_;
 };
 
 }  // namespace kascade::model

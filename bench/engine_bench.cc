@@ -1,0 +1,149 @@
+// End-to-end speed of a backend (CPU or GPU engine): the prefill of one
+// prompt per context length, then decode steps of a batch of sequences at
+// that context (copies of the prefilled one), per attention strategy.
+// Prints one table with medians, the weight-streaming floor of a decode step
+// (weights plus the KV bytes dense attention reads, at --bandwidth) and, for
+// each Kascade row, its speedup over dense in the same run.
+//
+//   engine_bench [--model PATH] [--device cuda] [--contexts 1024,32768]
+//       [--batches 1,16] [--strategies dense,kascade] [--decode-steps 16]
+//       [--repeats 3] [--bandwidth 4.3e12] [--budget 10]
+#include <algorithm>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/model_cache.h"
+#include "core/timer.h"
+#include "engine/backend.h"
+#include "eval/strategy_spec.h"
+#include "model/fingerprint.h"
+#include "ops/threading.h"
+
+namespace {
+
+using namespace kascade;
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+uint64_t weight_bytes(const gguf::File& file) {
+  uint64_t bytes = 0;
+  for (const gguf::TensorInfo& t : file.tensors())
+    if (t.dims.size() == 2 && t.name != "token_embd.weight") bytes += t.n_elements * 2;  // bf16 on the GPU
+  if (!file.find_tensor("output.weight")) bytes += file.tensor("token_embd.weight").n_elements * 2;  // tied
+  return bytes;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ops::use_short_spin_waits(argv);
+  CLI::App app{"End-to-end prefill and batched decode speed of the CPU or GPU engine"};
+  std::string model_path = default_model_path(), device = "auto", profile_path;
+  std::vector<int64_t> contexts = {1024, 8192};
+  std::vector<int> batches = {1};
+  std::vector<std::string> strategies = {"dense", "kascade"};
+  int decode_steps = 16, repeats = 3, threads = 0;
+  double bandwidth = 4.3e12, budget = 10;
+  app.add_option("--model", model_path)->capture_default_str();
+  app.add_option("--device", device, "cpu, cuda or auto")->capture_default_str();
+  app.add_option("--contexts", contexts, "Prompt lengths")->delimiter(',')->capture_default_str();
+  app.add_option("--batches", batches, "Sequences per decode step")->delimiter(',')->capture_default_str();
+  app.add_option("--strategies", strategies, "Eval entry names")->delimiter(',')->capture_default_str();
+  app.add_option("--decode-steps", decode_steps)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--repeats", repeats, "Prefills timed (median)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--bandwidth", bandwidth, "Memory bandwidth for the floor, bytes/s")->capture_default_str();
+  app.add_option("--budget", budget)->capture_default_str();
+  app.add_option("--profile", profile_path, "Kascade profile (default: the shipped one, else spread anchors)");
+  app.add_option("--threads", threads)->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    ops::configure_threads(threads);
+    Stopwatch load_clock;
+    const std::unique_ptr<engine::Backend> backend = engine::make_backend(device, model_path);
+    const model::Config& c = backend->config();
+    fmt::print("{} on {}: {} layers, d_model {}, {}/{} heads of {}, FFN {}, vocab {}; loaded in {:.1f} s\n", c.name,
+               backend->device_name(), c.n_layers, c.d_model, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim,
+               c.vocab_size, load_clock.seconds());
+    const uint64_t weights = weight_bytes(backend->file());
+    const uint64_t kv_per_token = uint64_t(c.n_layers) * c.n_kv_heads * c.head_dim * 2 * 2;  // fp16 K + V
+    fmt::print("weights {:.2f} GB (bf16), KV {} KiB per token; floor = (weights + batch x context x KV) / {:.2g} B/s\n\n",
+               double(weights) / 1e9, kv_per_token / 1024, bandwidth);
+
+    std::vector<eval::StrategySpec> specs;
+    for (const std::string& name : strategies) {
+      eval::StrategySpec& spec = specs.emplace_back(eval::parse_strategy_spec(name, budget));
+      if (spec.options.name == "kascade")
+        spec.options.profile = model::resolve_profile(profile_path, model_path, c, backend->file(), true);
+    }
+    fmt::print("| {:<22} | {:>7} | {:>5} | {:>12} | {:>10} | {:>14} | {:>11} | {:>10} | {:>13} |\n", "attention", "context",
+               "batch", "prefill tok/s", "prefill s", "decode ms/step", "decode tok/s", "floor ms", "vs dense p/d");
+    fmt::print("|{:-<24}|{:-<9}|{:-<7}|{:-<14}|{:-<12}|{:-<16}|{:-<13}|{:-<12}|{:-<15}|\n", "", "", "", "", "", "", "",
+               "", "");
+    std::map<std::pair<int64_t, int>, double> dense_step;  // (context, batch) -> dense decode seconds
+    std::map<int64_t, double> dense_prefill;                // context -> dense prefill seconds
+    std::mt19937_64 rng(7);
+    for (const int64_t context : contexts) {
+      std::vector<int32_t> prompt(static_cast<size_t>(context));
+      for (int32_t& t : prompt) t = int32_t(rng() % uint64_t(std::min(c.vocab_size, 30000)));
+      const int64_t capacity = context + decode_steps + 1;
+      for (const eval::StrategySpec& spec : specs) {
+        std::vector<double> prefill_seconds;
+        std::unique_ptr<engine::BackendSequence> prefilled;
+        std::vector<float> logits;
+        for (int r = 0; r < repeats; ++r) {
+          prefilled.reset();  // its pages back before the next one
+          prefilled = backend->new_sequence({capacity, spec.options, attention::KvType::F16});
+          Stopwatch clock;
+          logits = backend->prefill(*prefilled, prompt, {}, 1024);
+          prefill_seconds.push_back(clock.seconds());
+        }
+        const double prefill = median(prefill_seconds);
+        if (spec.options.name == "dense") dense_prefill[context] = prefill;
+        for (const int batch : batches) {
+          std::vector<std::unique_ptr<engine::BackendSequence>> owned;
+          std::vector<engine::BackendSequence*> sequences;
+          for (int b = 0; b < batch; ++b) {
+            owned.push_back(backend->new_sequence({capacity, spec.options, attention::KvType::F16}));
+            backend->copy_prefix(*owned.back(), *prefilled);
+            sequences.push_back(owned.back().get());
+          }
+          std::vector<int32_t> tokens(static_cast<size_t>(batch), 1);
+          std::vector<float> out(static_cast<size_t>(batch) * c.vocab_size);
+          std::vector<double> steps;
+          for (int s = 0; s < decode_steps; ++s) {
+            Stopwatch clock;
+            backend->decode(sequences, tokens, out.data());
+            steps.push_back(clock.seconds());
+          }
+          steps.erase(steps.begin());  // the first step sizes buffers
+          const double step = median(steps);
+          if (spec.options.name == "dense") dense_step[{context, batch}] = step;
+          const double floor = double(weights + uint64_t(batch) * uint64_t(context) * kv_per_token) / bandwidth;
+          const auto dense = dense_step.find({context, batch});
+          const auto dense_fill = dense_prefill.find(context);
+          fmt::print("| {:<22} | {:>7} | {:>5} | {:>12.0f} | {:>10.3f} | {:>14.3f} | {:>11.1f} | {:>10.3f} | {:>13} |\n",
+                     spec.label, context, batch, double(context) / prefill, prefill, 1e3 * step, batch / step,
+                     1e3 * floor,
+                     spec.options.name == "dense" || dense == dense_step.end()
+                         ? std::string("-")
+                         : fmt::format("{:.2f}x/{:.2f}x", dense_fill->second / prefill, dense->second / step));
+          std::fflush(stdout);
+        }
+      }
+    }
+  } catch (const Error& e) {
+    fmt::print(stderr, "engine_bench: error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

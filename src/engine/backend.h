@@ -1,0 +1,73 @@
+// Where the forward pass runs. The generation loop, the eval harness and the
+// server drive a Backend: the CPU engine (model::Model) or the GPU engine
+// (src/gpu), chosen by --device. A backend owns the weights; each sequence
+// it makes owns its KV cache and attention state.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attention/strategies.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+
+namespace kascade::engine {
+
+// One sequence on a backend.
+class BackendSequence {
+ public:
+  virtual ~BackendSequence() = default;
+  virtual int64_t position() const = 0;  // tokens it holds
+  virtual int64_t capacity() const = 0;  // tokens it can hold
+  virtual uint64_t kv_bytes() const = 0;
+  virtual std::string_view attention_name() const = 0;
+  // Forward time, split by kind (products, attention), summed over its steps.
+  virtual model::TimeSplit time() const = 0;
+};
+
+struct SequenceOptions {
+  int64_t capacity = 0;
+  attention::StrategyOptions attention;  // a Kascade profile already resolved
+  attention::KvType kv_type = attention::KvType::F16;  // the CPU's choice; the GPU stores fp16
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const model::Config& config() const = 0;
+  virtual const gguf::File& file() const = 0;  // metadata, tokenizer, weights fingerprint
+  virtual std::string device_name() const = 0;
+
+  // Throws Error when the options do not fit (capacity, memory, a strategy
+  // this backend does not run).
+  virtual std::unique_ptr<BackendSequence> new_sequence(const SequenceOptions& options) = 0;
+  // Runs tokens after what the sequence holds, in chunks of about chunk_size
+  // (progress gets tokens done after each); returns the last token's logits.
+  virtual std::vector<float> prefill(BackendSequence& sequence, std::span<const int32_t> tokens,
+                                     const std::function<void(int64_t)>& progress, int64_t chunk_size) = 0;
+  // One token per sequence in one batched step: logits [n][vocab].
+  virtual void decode(std::span<BackendSequence* const> sequences, std::span<const int32_t> tokens,
+                      float* logits) = 0;
+  // The sequence's attention prefills densely and keeps no state from it
+  // (attention::Strategy::dense_prefill): a dense prefill may be copied in.
+  virtual bool dense_prefill(const BackendSequence& sequence) const = 0;
+  // Copies every position of `from` into the empty `to` (of the same backend).
+  virtual void copy_prefix(BackendSequence& to, const BackendSequence& from) = 0;
+};
+
+// The CPU engine over the model at `path`.
+std::unique_ptr<Backend> make_cpu_backend(const std::string& path);
+// "cpu", "cuda" or "auto" (the GPU when this build has CUDA and a usable
+// device is present, else the CPU). Throws Error naming the problem.
+std::unique_ptr<Backend> make_backend(std::string_view device, const std::string& path);
+// The devices this build can run on, for --help and errors.
+std::string_view supported_devices();
+// One line per device this process could use now (`kascade info`).
+std::string describe_devices();
+
+}  // namespace kascade::engine

@@ -1,0 +1,55 @@
+// engine::make_backend: the one place that knows which backends this build
+// has (the GPU engine only with -DKASCADE_CUDA=ON).
+#include <omp.h>
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "engine/backend.h"
+#ifdef KASCADE_HAVE_CUDA
+#include "gpu/backend.h"
+#include "gpu/device.h"
+#endif
+
+namespace kascade::engine {
+
+std::string_view supported_devices() {
+#ifdef KASCADE_HAVE_CUDA
+  return "cpu, cuda, auto";
+#else
+  return "cpu, auto (this build has no CUDA: configure with -DKASCADE_CUDA=ON for cuda)";
+#endif
+}
+
+std::string describe_devices() {
+  std::string lines = fmt::format("cpu: {} threads\n", std::max(1, omp_get_max_threads()));
+#ifdef KASCADE_HAVE_CUDA
+  std::string why;
+  if (gpu::device_available(&why)) {
+    const gpu::DeviceInfo info = gpu::device_info();
+    lines += fmt::format("cuda: {} (compute {}.{}, {} multiprocessors, {} free of {})\n", info.name, info.sm_major,
+                         info.sm_minor, info.multiprocessors, gpu::gib(info.free_bytes), gpu::gib(info.total_bytes));
+  } else {
+    lines += fmt::format("cuda: not usable: {}\n", why);
+  }
+#else
+  lines += "cuda: not in this build (configure with -DKASCADE_CUDA=ON)\n";
+#endif
+  return lines;
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view device, const std::string& path) {
+  if (device == "cpu") return make_cpu_backend(path);
+#ifdef KASCADE_HAVE_CUDA
+  if (device == "cuda") return gpu::make_cuda_backend(path);
+  if (device == "auto") return gpu::device_available() ? gpu::make_cuda_backend(path) : make_cpu_backend(path);
+#else
+  if (device == "auto") return make_cpu_backend(path);
+  if (device == "cuda") fail("--device cuda: this build has no CUDA support (configure with -DKASCADE_CUDA=ON)");
+#endif
+  fail("--device '{}' is not a device (devices: {})", device, supported_devices());
+}
+
+}  // namespace kascade::engine

@@ -1,0 +1,655 @@
+// The GPU engine (see backend.h). Data flow of one step, for n tokens (a
+// prefill chunk of one sequence, or one token of each of n sequences):
+//   embed -> per layer: RMSNorm, QKV product, qkv_step (bias, Q/K norm,
+//   RoPE, K/V into the paged cache), attention, O product added to the
+//   residual, RMSNorm, gate/up product, gated activation, down product added
+//   to the residual -> final RMSNorm -> logits of the last position(s).
+#include "gpu/backend.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <optional>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "core/timer.h"
+#include "cuda/kascade_cuda.h"
+#include "gpu/device.h"
+#include "gpu/gemm.h"
+#include "gpu/ops.h"
+#include "kascade/budget.h"
+#include "kascade/schedule.h"
+#include "ops/matmul.h"
+
+namespace kascade::gpu {
+namespace {
+
+namespace kc = kascade::cuda;
+using engine::BackendSequence;
+
+// ---------------------------------------------------------------------------
+// Weights.
+
+// The rows of every part, one after another, dequantized and rounded to bf16.
+std::vector<uint16_t> bf16_rows(std::initializer_list<const ops::Weight*> parts) {
+  int64_t rows = 0;
+  const int64_t cols = (*parts.begin())->cols;
+  for (const ops::Weight* w : parts) {
+    if (w->cols != cols) fail("cannot stack {} ({} columns) under {} columns", w->name, w->cols, cols);
+    rows += w->rows;
+  }
+  std::vector<uint16_t> out(size_t(rows * cols));
+  int64_t first = 0;
+  for (const ops::Weight* w : parts) {
+#pragma omp parallel
+    {
+      std::vector<float> row(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < w->rows; ++r) {
+        ops::dequantize_weight_row(*w, r, row.data());
+        uint16_t* dst = out.data() + (first + r) * cols;
+        for (int64_t c = 0; c < cols; ++c) dst[c] = fp32_to_bf16(row[size_t(c)]);
+      }
+    }
+    first += w->rows;
+  }
+  return out;
+}
+
+struct DeviceMatrix {
+  DeviceMemory memory;
+  Matrix view;
+};
+
+DeviceMatrix upload_matrix(std::initializer_list<const ops::Weight*> parts, const char* what) {
+  DeviceMatrix m;
+  const std::vector<uint16_t> host = bf16_rows(parts);
+  m.memory = upload(host, what);
+  m.view = {m.memory.as<uint16_t>(), int64_t(host.size()) / (*parts.begin())->cols, (*parts.begin())->cols};
+  return m;
+}
+
+// An optional fp32 vector: no allocation when empty.
+DeviceMemory upload_optional(const std::vector<float>& values, const char* what) {
+  return values.empty() ? DeviceMemory() : upload(values, what);
+}
+
+struct Layer {
+  DeviceMatrix qkv, o, gate_up, down;
+  DeviceMemory attn_norm, ffn_norm, q_bias, k_bias, v_bias, q_norm, k_norm;
+};
+
+uint64_t matrix_bytes(const ops::Weight& w) { return uint64_t(w.rows) * uint64_t(w.cols) * 2; }
+
+// ---------------------------------------------------------------------------
+// The paged KV cache: per layer a pool of pages [page][n_kv_heads][page_size][head_dim] fp16.
+
+class KvPool {
+ public:
+  KvPool(int n_layers, int n_kv_heads, int head_dim, int page_size, int64_t n_pages)
+      : page_elements_(int64_t(n_kv_heads) * page_size * head_dim), n_pages_(n_pages) {
+    const size_t bytes = size_t(n_pages) * size_t(page_elements_) * 2;
+    for (int l = 0; l < n_layers; ++l) {
+      keys_.emplace_back(bytes, "KV cache pages (keys)");
+      values_.emplace_back(bytes, "KV cache pages (values)");
+    }
+    for (int64_t p = n_pages - 1; p >= 0; --p) free_.push_back(int(p));
+  }
+
+  uint16_t* keys(int layer) const { return keys_[size_t(layer)].as<uint16_t>(); }
+  uint16_t* values(int layer) const { return values_[size_t(layer)].as<uint16_t>(); }
+  int64_t n_pages() const { return n_pages_; }
+  int64_t free_pages() const { return int64_t(free_.size()); }
+  uint64_t page_bytes() const { return uint64_t(page_elements_) * 2 * 2 * keys_.size(); }  // K + V, all layers
+
+  std::vector<int> take(int64_t n) {
+    if (n > int64_t(free_.size()))
+      fail("the KV cache has {} free pages ({}), a sequence needs {}: end other sequences or ask for less context",
+           free_.size(), gib(free_.size() * page_bytes()), n);
+    std::vector<int> pages(free_.end() - n, free_.end());
+    free_.resize(free_.size() - size_t(n));
+    return pages;
+  }
+  void give_back(const std::vector<int>& pages) { free_.insert(free_.end(), pages.begin(), pages.end()); }
+  // Copies whole pages of every layer.
+  void copy(const std::vector<int>& to, const std::vector<int>& from, int64_t n, cudaStream_t stream) const {
+    const size_t bytes = size_t(page_elements_) * 2;
+    for (size_t l = 0; l < keys_.size(); ++l)
+      for (int64_t i = 0; i < n; ++i) {
+        check(cudaMemcpyAsync(keys(int(l)) + int64_t(to[size_t(i)]) * page_elements_,
+                              keys(int(l)) + int64_t(from[size_t(i)]) * page_elements_, bytes,
+                              cudaMemcpyDeviceToDevice, stream),
+              "KV page copy");
+        check(cudaMemcpyAsync(values(int(l)) + int64_t(to[size_t(i)]) * page_elements_,
+                              values(int(l)) + int64_t(from[size_t(i)]) * page_elements_, bytes,
+                              cudaMemcpyDeviceToDevice, stream),
+              "KV page copy");
+      }
+  }
+
+ private:
+  int64_t page_elements_;  // of one page of one layer, keys or values
+  int64_t n_pages_;
+  std::vector<DeviceMemory> keys_, values_;
+  std::vector<int> free_;
+};
+
+// ---------------------------------------------------------------------------
+// Buffers of a step, grown to the largest step and reused.
+
+template <typename T>
+struct Buffer {
+  DeviceMemory memory;
+  T* get(int64_t count, const char* what) {
+    const size_t bytes = size_t(std::max<int64_t>(count, 1)) * sizeof(T);
+    if (memory.bytes() < bytes) memory = DeviceMemory(bytes, what);
+    return memory.as<T>();
+  }
+};
+
+// What one step runs: the per-token buffers, n rows.
+struct StepBuffers {
+  Buffer<float> x, qkv, gate_up, logits;
+  Buffer<uint16_t> normed, queries, attended, attended_bf16, activated;
+  Buffer<uint16_t> contiguous_keys, contiguous_values;  // prefill
+  Buffer<int> meta;                                      // tokens, positions, lengths, page table...
+  Buffer<int> indices, counts;                            // Kascade index sets
+  Buffer<int64_t> tile_offsets;
+  kc::Workspace attention;
+};
+
+// ---------------------------------------------------------------------------
+
+class CudaBackend;
+
+class CudaSequence final : public BackendSequence {
+ public:
+  CudaSequence(CudaBackend& owner, std::vector<int> pages, int64_t capacity, attention::StrategyOptions options,
+               std::optional<Schedule> schedule, DeviceMemory head_maps, std::string plan);
+  ~CudaSequence() override;
+
+  int64_t position() const override { return position_; }
+  int64_t capacity() const override { return capacity_; }
+  uint64_t kv_bytes() const override;
+  std::string_view attention_name() const override { return options_.name; }
+  model::TimeSplit time() const override { return time_; }
+
+  CudaBackend& owner_;
+  std::vector<int> pages_;
+  int64_t capacity_;
+  int64_t position_ = 0;
+  attention::StrategyOptions options_;
+  std::optional<Schedule> schedule_;  // Kascade only
+  DeviceMemory head_maps_;            // [layer][kv head] of the schedule's pools
+  std::string plan_;                  // what a batched decode step must share
+  model::TimeSplit time_;
+};
+
+class CudaBackend final : public engine::Backend {
+ public:
+  CudaBackend(const std::string& path, const BackendOptions& options);
+  ~CudaBackend() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  const model::Config& config() const override { return config_; }
+  const gguf::File& file() const override { return file_; }
+  std::string device_name() const override { return device_.name; }
+
+  std::unique_ptr<BackendSequence> new_sequence(const engine::SequenceOptions& options) override;
+  std::vector<float> prefill(BackendSequence& sequence, std::span<const int32_t> tokens,
+                             const std::function<void(int64_t)>& progress, int64_t chunk_size) override;
+  void decode(std::span<BackendSequence* const> sequences, std::span<const int32_t> tokens, float* logits) override;
+  bool dense_prefill(const BackendSequence& sequence) const override {
+    const auto& s = static_cast<const CudaSequence&>(sequence);
+    return s.options_.name == "dense" || s.options_.sparse_phases == attention::SparsePhases::DecodeOnly;
+  }
+  void copy_prefix(BackendSequence& to, const BackendSequence& from) override;
+
+  KvPool& pool() { return *pool_; }
+
+ private:
+  void check_supported(const attention::StrategyOptions& options) const;
+  // Layer l's attention for the step: queries and output fp16 [n][H][d].
+  void attend(int layer, const CudaSequence& plan, bool prefill, const kc::AttentionArgs& args);
+  // The products and elementwise steps around attention for rows [0, n).
+  void project_qkv(const Layer& w, int layer, float* x, int64_t n, const QkvStep& qkv_template);
+  void feed_forward(const Layer& w, const uint16_t* attended, float* x, int64_t n);
+  float* logits_of_last(const float* x_rows, int64_t n);
+  void sync(const char* what) { check(cudaStreamSynchronize(stream_), what); }
+
+  gguf::File file_;
+  model::Config config_;
+  BackendOptions options_;
+  DeviceInfo device_;
+  cudaStream_t stream_ = nullptr;
+  Blas blas_;
+  DeviceMemory embedding_, output_norm_, inverse_frequencies_;
+  DeviceMatrix output_;  // empty when tied to the embedding
+  Matrix output_view_;
+  std::vector<Layer> layers_;
+  std::unique_ptr<KvPool> pool_;
+  StepBuffers step_;
+  kc::PrefillIndexLayout prefill_layout_;
+  int64_t decode_max_keys_ = 0;  // index-set stride of a decode step: budget of the largest capacity made
+};
+
+CudaSequence::CudaSequence(CudaBackend& owner, std::vector<int> pages, int64_t capacity,
+                           attention::StrategyOptions options, std::optional<Schedule> schedule,
+                           DeviceMemory head_maps, std::string plan)
+    : owner_(owner),
+      pages_(std::move(pages)),
+      capacity_(capacity),
+      options_(std::move(options)),
+      schedule_(std::move(schedule)),
+      head_maps_(std::move(head_maps)),
+      plan_(std::move(plan)) {}
+
+CudaSequence::~CudaSequence() { owner_.pool().give_back(pages_); }
+
+uint64_t CudaSequence::kv_bytes() const { return pages_.size() * owner_.pool().page_bytes(); }
+
+CudaSequence& on_gpu(BackendSequence& s) { return static_cast<CudaSequence&>(s); }
+
+CudaBackend::CudaBackend(const std::string& path, const BackendOptions& options)
+    : file_(gguf::File::open(path)), config_(model::read_config(file_)), options_(options), device_(device_info()) {
+  const model::Config& c = config_;
+  if (c.sliding_window > 0)
+    fail("{}: {} has sliding-window layers, which the GPU engine does not run (use --device cpu)", path,
+         c.architecture_name);
+  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
+    fail("{}: head dim {} is not one the GPU kernels take (64, 128, 256)", path, c.head_dim);
+  if (options.page_size < 16 || (options.page_size & (options.page_size - 1)) != 0)
+    fail("KV page size {} is not a power of two >= 16", options.page_size);
+  const model::Weights weights = model::read_weights(file_, c);
+
+  // Everything must fit before anything is uploaded.
+  uint64_t weight_bytes = matrix_bytes(weights.token_embedding);
+  if (weights.output.data != weights.token_embedding.data) weight_bytes += matrix_bytes(weights.output);
+  for (const model::LayerWeights& w : weights.layers)
+    for (const ops::Weight* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) weight_bytes += matrix_bytes(*m);
+  constexpr uint64_t kReserve = uint64_t(2) << 30;  // step buffers, cuBLAS, the CUDA context
+  if (weight_bytes + kReserve > device_.free_bytes)
+    fail("{}: the weights need {} on the GPU in bf16 (plus {} for buffers); {} has {} free of {}", path,
+         gib(weight_bytes), gib(kReserve), device_.name, gib(device_.free_bytes), gib(device_.total_bytes));
+
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  embedding_ = upload(bf16_rows({&weights.token_embedding}), "the token embedding");
+  output_norm_ = upload(weights.output_norm, "the output norm");
+  if (weights.output.data != weights.token_embedding.data) {
+    output_ = upload_matrix({&weights.output}, "the output matrix");
+    output_view_ = output_.view;
+  } else {
+    output_view_ = {embedding_.as<uint16_t>(), c.vocab_size, c.d_model};
+  }
+  inverse_frequencies_ = upload(c.rope.inverse_frequencies, "RoPE frequencies");
+  for (const model::LayerWeights& w : weights.layers) {
+    Layer layer;
+    layer.qkv = upload_matrix({&w.q, &w.k, &w.v}, "QKV weights");
+    layer.o = upload_matrix({&w.o}, "output projections");
+    layer.gate_up = upload_matrix({&w.gate, &w.up}, "FFN gate/up weights");
+    layer.down = upload_matrix({&w.down}, "FFN down weights");
+    layer.attn_norm = upload(w.attn_norm, "norms");
+    layer.ffn_norm = upload(w.ffn_norm, "norms");
+    layer.q_bias = upload_optional(w.q_bias, "biases");
+    layer.k_bias = upload_optional(w.k_bias, "biases");
+    layer.v_bias = upload_optional(w.v_bias, "biases");
+    layer.q_norm = upload_optional(w.q_norm, "Q/K norms");
+    layer.k_norm = upload_optional(w.k_norm, "Q/K norms");
+    layers_.push_back(std::move(layer));
+  }
+
+  // The decode step buffers for the largest batch, then the KV pool from what is left.
+  const int64_t B = options.max_batch;
+  const int64_t width = int64_t(c.n_heads + 2 * c.n_kv_heads) * c.head_dim, q_dim = int64_t(c.n_heads) * c.head_dim;
+  step_.x.get(B * c.d_model, "decode buffers");
+  step_.qkv.get(B * width, "decode buffers");
+  step_.gate_up.get(B * 2 * c.ffn_dim, "decode buffers");
+  step_.logits.get(B * c.vocab_size, "decode buffers");
+  step_.normed.get(B * c.d_model, "decode buffers");
+  step_.queries.get(B * q_dim, "decode buffers");
+  step_.attended.get(B * q_dim, "decode buffers");
+  step_.attended_bf16.get(B * q_dim, "decode buffers");
+  step_.activated.get(B * c.ffn_dim, "decode buffers");
+  size_t free_bytes = 0, total = 0;
+  check(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
+  const uint64_t page_bytes = uint64_t(c.n_kv_heads) * options.page_size * c.head_dim * 2 * 2 * uint64_t(c.n_layers);
+  const int64_t n_pages = int64_t(double(free_bytes) * options.kv_memory_fraction) / int64_t(page_bytes);
+  if (n_pages < 1)
+    fail("no GPU memory is left for the KV cache: {} free after the weights ({}), a page needs {}", gib(free_bytes),
+         gib(weight_bytes), gib(page_bytes));
+  pool_ = std::make_unique<KvPool>(c.n_layers, c.n_kv_heads, c.head_dim, options.page_size, n_pages);
+}
+
+void CudaBackend::check_supported(const attention::StrategyOptions& o) const {
+  if (o.name != "dense" && o.name != "kascade")
+    fail("attention '{}' runs on the CPU only (--device cpu); the GPU runs dense and kascade", o.name);
+  if (o.name == "dense") return;
+  const char* unsupported = o.refine_factor > 1      ? "refined reuse (--refine)"
+                            : o.all_heads_pooled    ? "--all-heads-pooled"
+                            : o.pre_softmax_pooling ? "--pre-softmax-pooling"
+                            : o.fixed_budget        ? "--fixed-budget"
+                            : o.own_tile_in_budget  ? "--own-tile-in-budget"
+                                                    : nullptr;
+  if (unsupported) fail("Kascade with {} runs on the CPU only (--device cpu)", unsupported);
+  if (o.tile < 1 || o.tile > 1024) fail("the GPU's Kascade tile must be in [1, 1024], got {}", o.tile);
+}
+
+std::unique_ptr<BackendSequence> CudaBackend::new_sequence(const engine::SequenceOptions& options) {
+  const attention::StrategyOptions& o = options.attention;
+  attention::make_strategy(o, config_.attention_shape());  // the CPU's option checks, one set of messages
+  check_supported(o);
+  if (options.capacity < 1 || options.capacity > config_.context_length)
+    fail("context of {} tokens is outside the model's 1..{}", options.capacity, config_.context_length);
+  std::optional<Schedule> schedule;
+  DeviceMemory head_maps;
+  std::string plan = fmt::format("{} p={} min_k={} tile={} phases={}", o.name, o.budget_percent, o.min_k, o.tile,
+                                 int(o.sparse_phases));
+  if (o.name == "kascade") {
+    const Shape shape = config_.attention_shape();
+    schedule.emplace(o.profile ? *o.profile : default_profile(shape), shape,
+                     ScheduleOptions{.dense_layers = o.dense_layers.value_or(std::vector<int>{0}),
+                                     .all_anchors = o.all_anchors,
+                                     .no_remap = o.no_remap});
+    std::vector<int> maps;
+    for (int l = 0; l < shape.n_layers; ++l) {
+      for (const int pool : schedule->pools(l)) maps.push_back(pool);
+      plan += fmt::format(" {}{}{}", l, schedule->is_anchor(l) ? "a" : "r", schedule->is_dense(l) ? "d" : "");
+    }
+    plan += fmt::format(" maps {}", fmt::join(maps, ","));
+    head_maps = upload(maps, "head maps");
+    // Decode index sets for this capacity, allocated now rather than at a token.
+    decode_max_keys_ = std::max(decode_max_keys_, budget(options.capacity, o.budget_percent, o.min_k));
+    step_.indices.get(int64_t(options_.max_batch) * config_.n_kv_heads * decode_max_keys_, "Kascade index sets");
+    step_.counts.get(options_.max_batch, "Kascade index sets");
+  }
+  const int64_t n_pages = (options.capacity + options_.page_size - 1) / options_.page_size;
+  return std::make_unique<CudaSequence>(*this, pool_->take(n_pages), options.capacity, o, std::move(schedule),
+                                        std::move(head_maps), std::move(plan));
+}
+
+void CudaBackend::copy_prefix(BackendSequence& to, const BackendSequence& from) {
+  CudaSequence& target = on_gpu(to);
+  const auto& source = static_cast<const CudaSequence&>(from);
+  if (target.position_ != 0) fail("copy_prefix needs an empty sequence");
+  if (target.capacity_ < source.position_)
+    fail("copy_prefix: {} positions do not fit a sequence of {}", source.position_, target.capacity_);
+  const int64_t pages = (source.position_ + options_.page_size - 1) / options_.page_size;
+  pool_->copy(target.pages_, source.pages_, pages, stream_);
+  sync("KV page copy");
+  target.position_ = source.position_;
+}
+
+void CudaBackend::project_qkv(const Layer& w, int layer, float* x, int64_t n, const QkvStep& qkv_template) {
+  const model::Config& c = config_;
+  rms_norm(x, w.attn_norm.as<float>(), int(n), c.d_model, c.rms_epsilon, step_.normed.memory.as<uint16_t>(), stream_);
+  blas_.matmul(w.qkv.view, step_.normed.memory.as<uint16_t>(), n, step_.qkv.memory.as<float>(), 0.0f, stream_);
+  QkvStep qkv = qkv_template;
+  qkv.qkv = step_.qkv.memory.as<float>();
+  qkv.n = int(n);
+  qkv.q_bias = w.q_bias.as<float>();
+  qkv.k_bias = w.k_bias.as<float>();
+  qkv.v_bias = w.v_bias.as<float>();
+  qkv.q_norm = w.q_norm.as<float>();
+  qkv.k_norm = w.k_norm.as<float>();
+  qkv.key_pages = pool_->keys(layer);
+  qkv.value_pages = pool_->values(layer);
+  qkv_step(qkv, stream_);
+}
+
+void CudaBackend::feed_forward(const Layer& w, const uint16_t* attended, float* x, int64_t n) {
+  const model::Config& c = config_;
+  const int64_t q_dim = int64_t(c.n_heads) * c.head_dim;
+  // The attention output (fp16) into the O product, added to x.
+  half_to_bfloat(attended, n * q_dim, step_.attended_bf16.memory.as<uint16_t>(), stream_);
+  blas_.matmul(w.o.view, step_.attended_bf16.memory.as<uint16_t>(), n, x, 1.0f, stream_);
+  rms_norm(x, w.ffn_norm.as<float>(), int(n), c.d_model, c.rms_epsilon, step_.normed.memory.as<uint16_t>(), stream_);
+  blas_.matmul(w.gate_up.view, step_.normed.memory.as<uint16_t>(), n, step_.gate_up.memory.as<float>(), 0.0f, stream_);
+  gated_activation(step_.gate_up.memory.as<float>(), int(n), c.ffn_dim, c.feed_forward == model::FeedForward::GeluTanhGlu,
+                   step_.activated.memory.as<uint16_t>(), stream_);
+  blas_.matmul(w.down.view, step_.activated.memory.as<uint16_t>(), n, x, 1.0f, stream_);
+}
+
+float* CudaBackend::logits_of_last(const float* x_rows, int64_t n) {
+  const model::Config& c = config_;
+  rms_norm(x_rows, output_norm_.as<float>(), int(n), c.d_model, c.rms_epsilon, step_.normed.memory.as<uint16_t>(),
+           stream_);
+  float* logits = step_.logits.get(n * c.vocab_size, "logits");
+  blas_.matmul(output_view_, step_.normed.memory.as<uint16_t>(), n, logits, 0.0f, stream_);
+  if (c.final_logit_softcap > 0) soft_cap(logits, n * c.vocab_size, c.final_logit_softcap, stream_);
+  return logits;
+}
+
+void CudaBackend::attend(int layer, const CudaSequence& plan, bool prefill, const kc::AttentionArgs& args) {
+  const attention::StrategyOptions& o = plan.options_;
+  const bool sparse = o.name == "kascade" && (prefill ? o.sparse_phases != attention::SparsePhases::DecodeOnly
+                                                       : o.sparse_phases != attention::SparsePhases::PrefillOnly);
+  if (!sparse) {
+    if (prefill) kc::dense_prefill(args, nullptr, step_.attention, stream_);
+    else kc::dense_decode(args, nullptr, step_.attention, stream_);
+    return;
+  }
+  const Schedule& schedule = *plan.schedule_;
+  const kc::Budget budget{o.budget_percent, o.min_k};
+  const int* head_map = plan.head_maps_.as<int>() + int64_t(layer) * config_.n_kv_heads;
+  const bool anchor = schedule.is_anchor(layer), dense = schedule.is_dense(layer);
+  if (prefill) {
+    const kc::PrefillIndexSets sets{step_.indices.memory.as<int>(), step_.tile_offsets.memory.as<int64_t>(),
+                                    prefill_layout_.per_head(), int(o.tile)};
+    if (anchor) kc::anchor_prefill(args, budget, dense, sets, step_.attention, stream_);
+    else if (dense) kc::dense_prefill(args, nullptr, step_.attention, stream_);
+    else kc::reuse_prefill(args, sets, head_map, step_.attention, stream_);
+  } else {
+    const kc::DecodeIndexSets sets{step_.indices.memory.as<int>(), step_.counts.memory.as<int>(), decode_max_keys_};
+    if (anchor) kc::anchor_decode(args, budget, dense, sets, step_.attention, stream_);
+    else if (dense) kc::dense_decode(args, nullptr, step_.attention, stream_);
+    else kc::reuse_decode(args, sets, head_map, step_.attention, stream_);
+  }
+}
+
+std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<const int32_t> tokens,
+                                        const std::function<void(int64_t)>& progress, int64_t) {
+  CudaSequence& seq = on_gpu(sequence);
+  const model::Config& c = config_;
+  const int64_t n = int64_t(tokens.size());
+  if (n == 0) fail("cannot prefill an empty prompt");
+  if (seq.position_ != 0) fail("the GPU engine prefills a sequence once, from position 0 (it holds {})", seq.position_);
+  if (n > seq.capacity_) fail("{} tokens exceed the context of {} positions", n, seq.capacity_);
+  for (const int32_t token : tokens)
+    if (token < 0 || token >= c.vocab_size) fail("token id {} is outside the vocabulary of {}", token, c.vocab_size);
+  Stopwatch clock;
+  const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, width = q_dim + 2 * int64_t(c.n_kv_heads) * c.head_dim;
+  const int64_t chunk = std::min<int64_t>(n, options_.prefill_chunk);
+
+  // Per-token metadata: tokens, positions, the sequence length, the page table.
+  std::vector<int> meta;
+  meta.insert(meta.end(), tokens.begin(), tokens.end());
+  for (int64_t t = 0; t < n; ++t) meta.push_back(int(t));
+  meta.push_back(int(n));
+  meta.insert(meta.end(), seq.pages_.begin(), seq.pages_.end());
+  int* device_meta = step_.meta.get(int64_t(meta.size()), "step metadata");
+  check(cudaMemcpyAsync(device_meta, meta.data(), meta.size() * sizeof(int), cudaMemcpyHostToDevice, stream_),
+        "metadata upload");
+  const int* device_tokens = device_meta;
+  const int* positions = device_meta + n;
+  const int* seq_len = device_meta + 2 * n;
+  const int* page_table = device_meta + 2 * n + 1;
+
+  float* x = step_.x.get(n * c.d_model, "prefill activations");
+  step_.normed.get(chunk * c.d_model, "prefill activations");
+  uint16_t* queries = step_.queries.get(n * q_dim, "prefill activations");
+  uint16_t* attended = step_.attended.get(n * q_dim, "prefill activations");
+  step_.qkv.get(chunk * width, "prefill activations");
+  step_.attended_bf16.get(chunk * q_dim, "prefill activations");
+  step_.gate_up.get(chunk * 2 * c.ffn_dim, "prefill activations");
+  step_.activated.get(chunk * c.ffn_dim, "prefill activations");
+  uint16_t* contiguous_keys = step_.contiguous_keys.get(int64_t(c.n_kv_heads) * n * c.head_dim, "prefill keys");
+  uint16_t* contiguous_values = step_.contiguous_values.get(int64_t(c.n_kv_heads) * n * c.head_dim, "prefill values");
+  if (seq.schedule_) {
+    prefill_layout_ = kc::prefill_index_layout(int(n), int(seq.options_.tile), {seq.options_.budget_percent, seq.options_.min_k});
+    int64_t* offsets = step_.tile_offsets.get(int64_t(prefill_layout_.offsets.size()), "Kascade tile offsets");
+    check(cudaMemcpyAsync(offsets, prefill_layout_.offsets.data(), prefill_layout_.offsets.size() * sizeof(int64_t),
+                          cudaMemcpyHostToDevice, stream_),
+          "tile offsets upload");
+    step_.indices.get(int64_t(c.n_kv_heads) * prefill_layout_.per_head(), "Kascade index sets");
+  }
+
+  QkvStep qkv_template;
+  qkv_template.n_heads = c.n_heads;
+  qkv_template.n_kv_heads = c.n_kv_heads;
+  qkv_template.head_dim = c.head_dim;
+  qkv_template.norm_epsilon = c.rms_epsilon;
+  qkv_template.inverse_frequencies = inverse_frequencies_.as<float>();
+  qkv_template.rope_dim = c.rope.rope_dim;
+  qkv_template.interleaved_rope = c.rope.style == ops::RopeStyle::Interleaved;
+  qkv_template.query_scale = c.query_scale;
+  qkv_template.page_table = page_table;
+  qkv_template.page_table_stride = int64_t(seq.pages_.size());
+  qkv_template.page_shift = std::countr_zero(unsigned(options_.page_size));
+  qkv_template.contiguous_keys = contiguous_keys;
+  qkv_template.contiguous_values = contiguous_values;
+  qkv_template.contiguous_capacity = n;
+
+  kc::AttentionArgs args;
+  args.dtype = kc::DType::F16;
+  args.batch = 1;
+  args.n_heads = c.n_heads;
+  args.n_kv_heads = c.n_kv_heads;
+  args.head_dim = c.head_dim;
+  args.queries = queries;
+  args.keys = contiguous_keys;
+  args.values = contiguous_values;
+  args.capacity = n;
+  args.seq_lens = seq_len;
+  args.max_seq_len = int(n);
+  args.output = attended;
+
+  embed(embedding_.as<uint16_t>(), device_tokens, int(n), c.d_model, c.embedding_scale, x, stream_);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const Layer& w = layers_[size_t(l)];
+    for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+      const int64_t rows = std::min(chunk, n - c0);
+      QkvStep qkv = qkv_template;
+      qkv.positions = positions + c0;
+      qkv.queries = queries + c0 * q_dim;
+      project_qkv(w, l, x + c0 * c.d_model, rows, qkv);
+    }
+    attend(l, seq, true, args);
+    for (int64_t c0 = 0; c0 < n; c0 += chunk)
+      feed_forward(w, attended + c0 * q_dim, x + c0 * c.d_model, std::min(chunk, n - c0));
+    if (progress) {
+      sync("prefill layer");
+      progress(n * (l + 1) / c.n_layers);
+    }
+  }
+  const float* logits = logits_of_last(x + (n - 1) * c.d_model, 1);
+  std::vector<float> host(size_t(c.vocab_size));
+  check(cudaMemcpyAsync(host.data(), logits, host.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+        "logits download");
+  sync("prefill");
+  seq.position_ = n;
+  seq.time_.total_seconds += clock.seconds();
+  return host;
+}
+
+void CudaBackend::decode(std::span<BackendSequence* const> sequences, std::span<const int32_t> tokens, float* logits) {
+  const model::Config& c = config_;
+  const int64_t B = int64_t(sequences.size());
+  if (B == 0) return;
+  if (int64_t(tokens.size()) != B) fail("decode: {} sequences but {} tokens", B, tokens.size());
+  if (B > options_.max_batch) fail("decode batch of {} exceeds the engine's maximum of {}", B, options_.max_batch);
+  Stopwatch clock;
+  const CudaSequence& plan = on_gpu(*sequences[0]);
+  int64_t stride = 0, max_len = 0;
+  for (BackendSequence* s : sequences) {
+    const CudaSequence& seq = on_gpu(*s);
+    if (seq.position_ < 1) fail("decode needs a prefilled sequence");
+    if (seq.position_ >= seq.capacity_) fail("sequence is full ({} positions)", seq.capacity_);
+    if (seq.plan_ != plan.plan_) fail("sequences batched in one decode step must share their attention settings");
+    stride = std::max<int64_t>(stride, int64_t(seq.pages_.size()));
+    max_len = std::max(max_len, seq.position_ + 1);
+  }
+  for (const int32_t token : tokens)
+    if (token < 0 || token >= c.vocab_size) fail("token id {} is outside the vocabulary of {}", token, c.vocab_size);
+
+  // Metadata: tokens [B], positions [B], lengths [B], sequence of each row [B], page table [B][stride].
+  std::vector<int> meta(size_t(4 * B + B * stride), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    const CudaSequence& seq = on_gpu(*sequences[size_t(b)]);
+    meta[size_t(b)] = tokens[size_t(b)];
+    meta[size_t(B + b)] = int(seq.position_);
+    meta[size_t(2 * B + b)] = int(seq.position_ + 1);
+    meta[size_t(3 * B + b)] = int(b);
+    std::copy(seq.pages_.begin(), seq.pages_.end(), meta.begin() + 4 * B + b * stride);
+  }
+  int* device_meta = step_.meta.get(int64_t(meta.size()), "step metadata");
+  check(cudaMemcpyAsync(device_meta, meta.data(), meta.size() * sizeof(int), cudaMemcpyHostToDevice, stream_),
+        "metadata upload");
+
+  float* x = step_.x.memory.as<float>();
+  uint16_t* queries = step_.queries.memory.as<uint16_t>();
+  QkvStep qkv_template;
+  qkv_template.n_heads = c.n_heads;
+  qkv_template.n_kv_heads = c.n_kv_heads;
+  qkv_template.head_dim = c.head_dim;
+  qkv_template.norm_epsilon = c.rms_epsilon;
+  qkv_template.inverse_frequencies = inverse_frequencies_.as<float>();
+  qkv_template.rope_dim = c.rope.rope_dim;
+  qkv_template.interleaved_rope = c.rope.style == ops::RopeStyle::Interleaved;
+  qkv_template.query_scale = c.query_scale;
+  qkv_template.positions = device_meta + B;
+  qkv_template.sequence_of = device_meta + 3 * B;
+  qkv_template.page_table = device_meta + 4 * B;
+  qkv_template.page_table_stride = stride;
+  qkv_template.page_shift = std::countr_zero(unsigned(options_.page_size));
+  qkv_template.queries = queries;
+
+  kc::AttentionArgs args;
+  args.dtype = kc::DType::F16;
+  args.batch = int(B);
+  args.n_heads = c.n_heads;
+  args.n_kv_heads = c.n_kv_heads;
+  args.head_dim = c.head_dim;
+  args.queries = queries;
+  args.capacity = stride * options_.page_size;
+  args.seq_lens = device_meta + 2 * B;
+  args.max_seq_len = int(max_len);
+  args.output = step_.attended.memory.as<uint16_t>();
+  args.page_table = device_meta + 4 * B;
+  args.page_size = options_.page_size;
+  args.page_table_stride = stride;
+
+  embed(embedding_.as<uint16_t>(), device_meta, int(B), c.d_model, c.embedding_scale, x, stream_);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const Layer& w = layers_[size_t(l)];
+    project_qkv(w, l, x, B, qkv_template);
+    args.keys = pool_->keys(l);
+    args.values = pool_->values(l);
+    attend(l, plan, false, args);
+    feed_forward(w, step_.attended.memory.as<uint16_t>(), x, B);
+  }
+  const float* device_logits = logits_of_last(x, B);
+  check(cudaMemcpyAsync(logits, device_logits, size_t(B) * c.vocab_size * sizeof(float), cudaMemcpyDeviceToHost,
+                        stream_),
+        "logits download");
+  sync("decode");
+  const double seconds = clock.seconds();
+  for (BackendSequence* s : sequences) {
+    CudaSequence& seq = on_gpu(*s);
+    ++seq.position_;
+    seq.time_.total_seconds += seconds;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<engine::Backend> make_cuda_backend(const std::string& path, const BackendOptions& options) {
+  return std::make_unique<CudaBackend>(path, options);
+}
+
+}  // namespace kascade::gpu

@@ -1,0 +1,43 @@
+// The GPU engine: the whole forward pass on one CUDA device (Hopper) behind
+// engine::Backend.
+//
+// Weights are dequantized to bf16 at load and uploaded once (Q, K and V as
+// one matrix, gate and up as one); products run through cuBLAS (gpu/gemm.h),
+// the elementwise steps through gpu/ops.h, attention through the Hopper
+// kernels (cuda/kascade_cuda.h): dense, or Kascade from the same profile and
+// layer schedule the CPU uses (kascade/schedule.h).
+//
+// The KV cache is paged: every layer has a pool of fp16 pages of page_size
+// positions, a sequence holds a list of pages (the same indices in every
+// layer) and returns them when it is destroyed. Decode steps batch sequences
+// of different lengths; the decode kernels read keys and values through the
+// page table. A prefill runs the whole prompt at once: its products in
+// chunks of prefill_chunk tokens, its attention over a contiguous copy of the
+// prompt's keys and values (the prefill kernels read a contiguous cache).
+//
+// Not on the GPU (a one-line error says so): sliding-window models (Gemma 3),
+// the comparison strategies, Kascade's refined reuse and its pooling,
+// fixed-budget and own-tile ablations, and prefilling a sequence that already
+// holds tokens.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/backend.h"
+
+namespace kascade::gpu {
+
+struct BackendOptions {
+  int page_size = 64;             // positions per KV page (a power of two >= 16)
+  int max_batch = 64;             // sequences one decode step may batch
+  int64_t prefill_chunk = 4096;   // tokens per product chunk of a prefill
+  // KV pages take this share of the device memory left after the weights and
+  // the step buffers.
+  double kv_memory_fraction = 0.9;
+};
+
+std::unique_ptr<engine::Backend> make_cuda_backend(const std::string& path, const BackendOptions& options = {});
+
+}  // namespace kascade::gpu

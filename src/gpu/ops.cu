@@ -1,0 +1,185 @@
+// Kernels of gpu/ops.h: memory-bound steps, one row (token) per block where a
+// row needs a reduction, grid-strided loops elsewhere.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "gpu/ops.h"
+
+namespace kascade::gpu {
+namespace {
+
+constexpr int kRowThreads = 256;
+
+__device__ __forceinline__ float bf16_value(uint16_t bits) {
+  return __bfloat162float(__ushort_as_bfloat16(bits));
+}
+__device__ __forceinline__ uint16_t to_bf16(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ uint16_t to_f16(float x) { return __half_as_ushort(__float2half_rn(x)); }
+
+// Sum of `value` over the block (every thread gets it); `scratch` holds one float per warp.
+__device__ float block_sum(float value, float* scratch) {
+  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) scratch[warp] = value;
+  __syncthreads();
+  float total = 0;
+  for (int w = 0; w < int(blockDim.x >> 5); ++w) total += scratch[w];
+  __syncthreads();  // scratch is reused by the next call
+  return total;
+}
+
+__global__ void embed_kernel(const uint16_t* table, const int32_t* tokens, int d_model, float scale, float* x) {
+  const int t = blockIdx.x;
+  const uint16_t* row = table + int64_t(tokens[t]) * d_model;
+  for (int c = threadIdx.x; c < d_model; c += blockDim.x) x[int64_t(t) * d_model + c] = bf16_value(row[c]) * scale;
+}
+
+template <bool kInPlace>
+__global__ void rms_norm_kernel(float* x, const float* weight, int dim, float epsilon, uint16_t* out) {
+  __shared__ float scratch[kRowThreads / 32];
+  float* row = x + int64_t(blockIdx.x) * dim;
+  float squares = 0;
+  for (int c = threadIdx.x; c < dim; c += blockDim.x) squares += row[c] * row[c];
+  const float scale = rsqrtf(block_sum(squares, scratch) / float(dim) + epsilon);
+  for (int c = threadIdx.x; c < dim; c += blockDim.x) {
+    const float value = row[c] * scale * weight[c];
+    if constexpr (kInPlace)
+      row[c] = value;
+    else
+      out[int64_t(blockIdx.x) * dim + c] = to_bf16(value);
+  }
+}
+
+// One token per block: its Q, K and V row in shared memory through every step.
+__global__ void qkv_kernel(QkvStep p) {
+  extern __shared__ float row[];
+  const int t = blockIdx.x, d = p.head_dim;
+  const int q_dim = p.n_heads * d, kv_dim = p.n_kv_heads * d, width = q_dim + 2 * kv_dim;
+  const float* in = p.qkv + int64_t(t) * width;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    float value = in[i];
+    if (p.q_bias) {
+      if (i < q_dim) value += p.q_bias[i];
+      else if (i < q_dim + kv_dim) value += p.k_bias[i - q_dim];
+      else value += p.v_bias[i - q_dim - kv_dim];
+    }
+    row[i] = value;
+  }
+  __syncthreads();
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  const int rotated_heads = p.n_heads + p.n_kv_heads;  // Q heads, then K heads
+  if (p.q_norm) {  // per-head RMSNorm of Q and K, one warp per head
+    for (int head = warp; head < rotated_heads; head += warps) {
+      float* x = row + head * d;
+      const float* weight = head < p.n_heads ? p.q_norm : p.k_norm;
+      float squares = 0;
+      for (int i = lane; i < d; i += 32) squares += x[i] * x[i];
+      for (int offset = 16; offset > 0; offset >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+      const float scale = rsqrtf(squares / float(d) + p.norm_epsilon);
+      __syncwarp();
+      for (int i = lane; i < d; i += 32) x[i] = x[i] * scale * weight[i];
+    }
+    __syncthreads();
+  }
+
+  // RoPE on every (head, pair), angles in double as on the CPU.
+  const int pairs = p.rope_dim / 2;
+  const double position = double(p.positions[t]);
+  for (int item = threadIdx.x; item < rotated_heads * pairs; item += blockDim.x) {
+    const int head = item / pairs, i = item % pairs;
+    double sine, cosine;
+    sincos(position * double(p.inverse_frequencies[i]), &sine, &cosine);
+    float* x = row + head * d;
+    const int a = p.interleaved_rope ? 2 * i : i, b = p.interleaved_rope ? 2 * i + 1 : i + pairs;
+    const float x0 = x[a], x1 = x[b], c = float(cosine), s = float(sine);
+    x[a] = x0 * c - x1 * s;
+    x[b] = x0 * s + x1 * c;
+  }
+  __syncthreads();
+
+  uint16_t* queries = p.queries + int64_t(t) * q_dim;
+  for (int i = threadIdx.x; i < q_dim; i += blockDim.x) queries[i] = to_f16(row[i] * p.query_scale);
+  const int pos = p.positions[t];
+  const int sequence = p.sequence_of ? p.sequence_of[t] : 0;
+  const int64_t page = p.page_table[int64_t(sequence) * p.page_table_stride + (pos >> p.page_shift)];
+  const int in_page = pos & ((1 << p.page_shift) - 1);
+  for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+    const int h = i / d, c = i % d;
+    const uint16_t key = to_f16(row[q_dim + i]), value = to_f16(row[q_dim + kv_dim + i]);
+    const int64_t at = (((page * p.n_kv_heads + h) << p.page_shift) + in_page) * d + c;
+    p.key_pages[at] = key;
+    p.value_pages[at] = value;
+    if (p.contiguous_keys) {
+      const int64_t flat = (int64_t(h) * p.contiguous_capacity + pos) * d + c;
+      p.contiguous_keys[flat] = key;
+      p.contiguous_values[flat] = value;
+    }
+  }
+}
+
+__global__ void gated_kernel(const float* gate_up, int n, int ffn, bool gelu, uint16_t* out) {
+  const int64_t count = int64_t(n) * ffn;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < count; idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / ffn, i = idx % ffn;
+    const float g = gate_up[t * 2 * ffn + i], u = gate_up[t * 2 * ffn + ffn + i];
+    float activated;
+    if (gelu) {
+      constexpr float kSqrt2OverPi = 0.7978845608028654f;
+      activated = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
+    } else {
+      activated = g / (1.0f + expf(-g));
+    }
+    out[idx] = to_bf16(activated * u);
+  }
+}
+
+__global__ void half_to_bfloat_kernel(const uint16_t* in, int64_t count, uint16_t* out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = to_bf16(__half2float(__ushort_as_half(in[i])));
+}
+
+__global__ void soft_cap_kernel(float* x, int64_t count, float cap) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = cap * tanhf(x[i] / cap);
+}
+
+int stride_blocks(int64_t count) { return int(std::min<int64_t>((count + 255) / 256, 132 * 16)); }
+
+}  // namespace
+
+void embed(const uint16_t* table, const int32_t* tokens, int n, int d_model, float scale, float* x,
+           cudaStream_t stream) {
+  embed_kernel<<<n, kRowThreads, 0, stream>>>(table, tokens, d_model, scale, x);
+}
+
+void rms_norm(const float* x, const float* weight, int n, int dim, float epsilon, uint16_t* out,
+              cudaStream_t stream) {
+  rms_norm_kernel<false><<<n, kRowThreads, 0, stream>>>(const_cast<float*>(x), weight, dim, epsilon, out);
+}
+
+void rms_norm_in_place(float* x, const float* weight, int n, int dim, float epsilon, cudaStream_t stream) {
+  rms_norm_kernel<true><<<n, kRowThreads, 0, stream>>>(x, weight, dim, epsilon, nullptr);
+}
+
+void qkv_step(const QkvStep& step, cudaStream_t stream) {
+  const size_t bytes = size_t(step.n_heads + 2 * step.n_kv_heads) * step.head_dim * sizeof(float);
+  if (bytes > 48 * 1024) cudaFuncSetAttribute(qkv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  qkv_kernel<<<step.n, kRowThreads, bytes, stream>>>(step);
+}
+
+void gated_activation(const float* gate_up, int n, int ffn, bool gelu, uint16_t* out, cudaStream_t stream) {
+  gated_kernel<<<stride_blocks(int64_t(n) * ffn), 256, 0, stream>>>(gate_up, n, ffn, gelu, out);
+}
+
+void half_to_bfloat(const uint16_t* in, int64_t count, uint16_t* out, cudaStream_t stream) {
+  half_to_bfloat_kernel<<<stride_blocks(count), 256, 0, stream>>>(in, count, out);
+}
+
+void soft_cap(float* x, int64_t count, float cap, cudaStream_t stream) {
+  soft_cap_kernel<<<stride_blocks(count), 256, 0, stream>>>(x, count, cap);
+}
+
+}  // namespace kascade::gpu
