@@ -112,10 +112,16 @@ int main(int argc, char** argv) {
         for (const int batch : batches) {
           std::vector<std::unique_ptr<engine::BackendSequence>> owned;
           std::vector<engine::BackendSequence*> sequences;
-          for (int b = 0; b < batch; ++b) {
-            owned.push_back(backend->new_sequence({capacity, spec.options, attention::KvType::F16}));
-            backend->copy_prefix(*owned.back(), *prefilled);
-            sequences.push_back(owned.back().get());
+          try {
+            for (int b = 0; b < batch; ++b) {
+              owned.push_back(backend->new_sequence({capacity, spec.options, attention::KvType::F16}));
+              backend->copy_prefix(*owned.back(), *prefilled);
+              sequences.push_back(owned.back().get());
+            }
+          } catch (const Error& e) {  // e.g. a KV cache too small for this batch
+            fmt::print("| {:<22} | {:>7} | {:>5} | {:>12.0f} | {:>10.3f} | does not fit: {}\n", spec.label, context, batch,
+                       double(context) / prefill, prefill, e.what());
+            continue;
           }
           std::vector<int32_t> tokens(static_cast<size_t>(batch), 1);
           std::vector<float> out(static_cast<size_t>(batch) * c.vocab_size);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <map>
 #include <optional>
 
 #include <fmt/format.h>
@@ -152,7 +153,9 @@ struct Buffer {
   }
 };
 
-// What one step runs: the per-token buffers, n rows.
+// The buffers of one kind of step, n rows. Decode's are allocated once, for
+// the largest batch, so that captured decode graphs keep valid pointers;
+// prefill's grow to the longest prompt.
 struct StepBuffers {
   Buffer<float> x, qkv, gate_up, logits;
   Buffer<uint16_t> normed, queries, attended, attended_bf16, activated;
@@ -170,7 +173,7 @@ class CudaBackend;
 class CudaSequence final : public BackendSequence {
  public:
   CudaSequence(CudaBackend& owner, std::vector<int> pages, int64_t capacity, attention::StrategyOptions options,
-               std::optional<Schedule> schedule, DeviceMemory head_maps, std::string plan);
+               std::optional<Schedule> schedule, const int* head_maps, std::string plan);
   ~CudaSequence() override;
 
   int64_t position() const override { return position_; }
@@ -185,7 +188,7 @@ class CudaSequence final : public BackendSequence {
   int64_t position_ = 0;
   attention::StrategyOptions options_;
   std::optional<Schedule> schedule_;  // Kascade only
-  DeviceMemory head_maps_;            // [layer][kv head] of the schedule's pools
+  const int* head_maps_ = nullptr;    // [layer][kv head] of the schedule's pools (the backend's copy)
   std::string plan_;                  // what a batched decode step must share
   model::TimeSplit time_;
 };
@@ -194,6 +197,8 @@ class CudaBackend final : public engine::Backend {
  public:
   CudaBackend(const std::string& path, const BackendOptions& options);
   ~CudaBackend() override {
+    clear_graphs();
+    if (decode_meta_host_) cudaFreeHost(decode_meta_host_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -216,11 +221,13 @@ class CudaBackend final : public engine::Backend {
  private:
   void check_supported(const attention::StrategyOptions& options) const;
   // Layer l's attention for the step: queries and output fp16 [n][H][d].
-  void attend(int layer, const CudaSequence& plan, bool prefill, const kc::AttentionArgs& args);
+  void attend(StepBuffers& b, int layer, const CudaSequence& plan, bool prefill, const kc::AttentionArgs& args);
   // The products and elementwise steps around attention for rows [0, n).
-  void project_qkv(const Layer& w, int layer, float* x, int64_t n, const QkvStep& qkv_template);
-  void feed_forward(const Layer& w, const uint16_t* attended, float* x, int64_t n);
-  float* logits_of_last(const float* x_rows, int64_t n);
+  void project_qkv(StepBuffers& b, const Layer& w, int layer, float* x, int64_t n, const QkvStep& qkv_template);
+  void feed_forward(StepBuffers& b, const Layer& w, const uint16_t* attended, float* x, int64_t n);
+  float* logits_of_last(StepBuffers& b, const float* x_rows, int64_t n);
+  // Every kernel of a decode step whose metadata is on the device.
+  void decode_kernels(const CudaSequence& plan, int64_t batch, int64_t stride, int bucket);
   void sync(const char* what) { check(cudaStreamSynchronize(stream_), what); }
 
   gguf::File file_;
@@ -234,20 +241,30 @@ class CudaBackend final : public engine::Backend {
   Matrix output_view_;
   std::vector<Layer> layers_;
   std::unique_ptr<KvPool> pool_;
-  StepBuffers step_;
+  StepBuffers prefill_, decode_;
   kc::PrefillIndexLayout prefill_layout_;
   int64_t decode_max_keys_ = 0;  // index-set stride of a decode step: budget of the largest capacity made
+  int64_t max_pages_ = 0;        // pages a sequence can hold at the model's context
+  int* decode_meta_host_ = nullptr;  // pinned: what a decode step uploads before its kernels
+  // Decode steps as CUDA graphs, one per (batch, page-table stride, length
+  // bucket, attention plan): the first step of a key runs eagerly (sizing the
+  // workspaces), the second captures, later ones replay.
+  std::map<std::string, cudaGraphExec_t> graphs_;
+  std::map<std::string, int> graph_seen_;
+  void clear_graphs();
+  // Head maps on the device, one copy per distinct Kascade plan.
+  std::map<std::string, DeviceMemory> head_maps_;
 };
 
 CudaSequence::CudaSequence(CudaBackend& owner, std::vector<int> pages, int64_t capacity,
                            attention::StrategyOptions options, std::optional<Schedule> schedule,
-                           DeviceMemory head_maps, std::string plan)
+                           const int* head_maps, std::string plan)
     : owner_(owner),
       pages_(std::move(pages)),
       capacity_(capacity),
       options_(std::move(options)),
       schedule_(std::move(schedule)),
-      head_maps_(std::move(head_maps)),
+      head_maps_(head_maps),
       plan_(std::move(plan)) {}
 
 CudaSequence::~CudaSequence() { owner_.pool().give_back(pages_); }
@@ -307,15 +324,20 @@ CudaBackend::CudaBackend(const std::string& path, const BackendOptions& options)
   // The decode step buffers for the largest batch, then the KV pool from what is left.
   const int64_t B = options.max_batch;
   const int64_t width = int64_t(c.n_heads + 2 * c.n_kv_heads) * c.head_dim, q_dim = int64_t(c.n_heads) * c.head_dim;
-  step_.x.get(B * c.d_model, "decode buffers");
-  step_.qkv.get(B * width, "decode buffers");
-  step_.gate_up.get(B * 2 * c.ffn_dim, "decode buffers");
-  step_.logits.get(B * c.vocab_size, "decode buffers");
-  step_.normed.get(B * c.d_model, "decode buffers");
-  step_.queries.get(B * q_dim, "decode buffers");
-  step_.attended.get(B * q_dim, "decode buffers");
-  step_.attended_bf16.get(B * q_dim, "decode buffers");
-  step_.activated.get(B * c.ffn_dim, "decode buffers");
+  max_pages_ = (c.context_length + options.page_size - 1) / options.page_size;
+  decode_.x.get(B * c.d_model, "decode buffers");
+  decode_.qkv.get(B * width, "decode buffers");
+  decode_.gate_up.get(B * 2 * c.ffn_dim, "decode buffers");
+  decode_.logits.get(B * c.vocab_size, "decode buffers");
+  decode_.normed.get(B * c.d_model, "decode buffers");
+  decode_.queries.get(B * q_dim, "decode buffers");
+  decode_.attended.get(B * q_dim, "decode buffers");
+  decode_.attended_bf16.get(B * q_dim, "decode buffers");
+  decode_.activated.get(B * c.ffn_dim, "decode buffers");
+  decode_.meta.get(B * (4 + max_pages_), "decode buffers");
+  decode_.counts.get(B, "decode buffers");
+  check(cudaMallocHost(reinterpret_cast<void**>(&decode_meta_host_), size_t(B * (4 + max_pages_)) * sizeof(int)),
+        "cudaMallocHost");
   size_t free_bytes = 0, total = 0;
   check(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
   const uint64_t page_bytes = uint64_t(c.n_kv_heads) * options.page_size * c.head_dim * 2 * 2 * uint64_t(c.n_layers);
@@ -347,7 +369,6 @@ std::unique_ptr<BackendSequence> CudaBackend::new_sequence(const engine::Sequenc
   if (options.capacity < 1 || options.capacity > config_.context_length)
     fail("context of {} tokens is outside the model's 1..{}", options.capacity, config_.context_length);
   std::optional<Schedule> schedule;
-  DeviceMemory head_maps;
   std::string plan = fmt::format("{} p={} min_k={} tile={} phases={}", o.name, o.budget_percent, o.min_k, o.tile,
                                  int(o.sparse_phases));
   if (o.name == "kascade") {
@@ -362,15 +383,19 @@ std::unique_ptr<BackendSequence> CudaBackend::new_sequence(const engine::Sequenc
       plan += fmt::format(" {}{}{}", l, schedule->is_anchor(l) ? "a" : "r", schedule->is_dense(l) ? "d" : "");
     }
     plan += fmt::format(" maps {}", fmt::join(maps, ","));
-    head_maps = upload(maps, "head maps");
+    if (!head_maps_.contains(plan)) head_maps_.emplace(plan, upload(maps, "head maps"));
     // Decode index sets for this capacity, allocated now rather than at a token.
-    decode_max_keys_ = std::max(decode_max_keys_, budget(options.capacity, o.budget_percent, o.min_k));
-    step_.indices.get(int64_t(options_.max_batch) * config_.n_kv_heads * decode_max_keys_, "Kascade index sets");
-    step_.counts.get(options_.max_batch, "Kascade index sets");
+    const int64_t max_keys = budget(options.capacity, o.budget_percent, o.min_k);
+    if (max_keys > decode_max_keys_) {
+      decode_max_keys_ = max_keys;
+      decode_.indices.get(int64_t(options_.max_batch) * config_.n_kv_heads * decode_max_keys_, "Kascade index sets");
+      clear_graphs();  // captured steps hold the old buffer
+    }
   }
   const int64_t n_pages = (options.capacity + options_.page_size - 1) / options_.page_size;
+  const int* head_maps = schedule ? head_maps_.at(plan).as<int>() : nullptr;
   return std::make_unique<CudaSequence>(*this, pool_->take(n_pages), options.capacity, o, std::move(schedule),
-                                        std::move(head_maps), std::move(plan));
+                                        head_maps, std::move(plan));
 }
 
 void CudaBackend::copy_prefix(BackendSequence& to, const BackendSequence& from) {
@@ -385,12 +410,13 @@ void CudaBackend::copy_prefix(BackendSequence& to, const BackendSequence& from) 
   target.position_ = source.position_;
 }
 
-void CudaBackend::project_qkv(const Layer& w, int layer, float* x, int64_t n, const QkvStep& qkv_template) {
+void CudaBackend::project_qkv(StepBuffers& b, const Layer& w, int layer, float* x, int64_t n,
+                              const QkvStep& qkv_template) {
   const model::Config& c = config_;
-  rms_norm(x, w.attn_norm.as<float>(), int(n), c.d_model, c.rms_epsilon, step_.normed.memory.as<uint16_t>(), stream_);
-  blas_.matmul(w.qkv.view, step_.normed.memory.as<uint16_t>(), n, step_.qkv.memory.as<float>(), 0.0f, stream_);
+  rms_norm(x, w.attn_norm.as<float>(), int(n), c.d_model, c.rms_epsilon, b.normed.memory.as<uint16_t>(), stream_);
+  blas_.matmul(w.qkv.view, b.normed.memory.as<uint16_t>(), n, b.qkv.memory.as<float>(), 0.0f, stream_);
   QkvStep qkv = qkv_template;
-  qkv.qkv = step_.qkv.memory.as<float>();
+  qkv.qkv = b.qkv.memory.as<float>();
   qkv.n = int(n);
   qkv.q_bias = w.q_bias.as<float>();
   qkv.k_bias = w.k_bias.as<float>();
@@ -402,53 +428,56 @@ void CudaBackend::project_qkv(const Layer& w, int layer, float* x, int64_t n, co
   qkv_step(qkv, stream_);
 }
 
-void CudaBackend::feed_forward(const Layer& w, const uint16_t* attended, float* x, int64_t n) {
+void CudaBackend::feed_forward(StepBuffers& b, const Layer& w, const uint16_t* attended, float* x, int64_t n) {
   const model::Config& c = config_;
   const int64_t q_dim = int64_t(c.n_heads) * c.head_dim;
   // The attention output (fp16) into the O product, added to x.
-  half_to_bfloat(attended, n * q_dim, step_.attended_bf16.memory.as<uint16_t>(), stream_);
-  blas_.matmul(w.o.view, step_.attended_bf16.memory.as<uint16_t>(), n, x, 1.0f, stream_);
-  rms_norm(x, w.ffn_norm.as<float>(), int(n), c.d_model, c.rms_epsilon, step_.normed.memory.as<uint16_t>(), stream_);
-  blas_.matmul(w.gate_up.view, step_.normed.memory.as<uint16_t>(), n, step_.gate_up.memory.as<float>(), 0.0f, stream_);
-  gated_activation(step_.gate_up.memory.as<float>(), int(n), c.ffn_dim, c.feed_forward == model::FeedForward::GeluTanhGlu,
-                   step_.activated.memory.as<uint16_t>(), stream_);
-  blas_.matmul(w.down.view, step_.activated.memory.as<uint16_t>(), n, x, 1.0f, stream_);
+  half_to_bfloat(attended, n * q_dim, b.attended_bf16.memory.as<uint16_t>(), stream_);
+  blas_.matmul(w.o.view, b.attended_bf16.memory.as<uint16_t>(), n, x, 1.0f, stream_);
+  rms_norm(x, w.ffn_norm.as<float>(), int(n), c.d_model, c.rms_epsilon, b.normed.memory.as<uint16_t>(), stream_);
+  blas_.matmul(w.gate_up.view, b.normed.memory.as<uint16_t>(), n, b.gate_up.memory.as<float>(), 0.0f, stream_);
+  gated_activation(b.gate_up.memory.as<float>(), int(n), c.ffn_dim, c.feed_forward == model::FeedForward::GeluTanhGlu,
+                   b.activated.memory.as<uint16_t>(), stream_);
+  blas_.matmul(w.down.view, b.activated.memory.as<uint16_t>(), n, x, 1.0f, stream_);
 }
 
-float* CudaBackend::logits_of_last(const float* x_rows, int64_t n) {
+float* CudaBackend::logits_of_last(StepBuffers& b, const float* x_rows, int64_t n) {
   const model::Config& c = config_;
-  rms_norm(x_rows, output_norm_.as<float>(), int(n), c.d_model, c.rms_epsilon, step_.normed.memory.as<uint16_t>(),
+  rms_norm(x_rows, output_norm_.as<float>(), int(n), c.d_model, c.rms_epsilon, b.normed.memory.as<uint16_t>(),
            stream_);
-  float* logits = step_.logits.get(n * c.vocab_size, "logits");
-  blas_.matmul(output_view_, step_.normed.memory.as<uint16_t>(), n, logits, 0.0f, stream_);
+  float* logits = b.logits.get(n * c.vocab_size, "logits");
+  blas_.matmul(output_view_, b.normed.memory.as<uint16_t>(), n, logits, 0.0f, stream_);
   if (c.final_logit_softcap > 0) soft_cap(logits, n * c.vocab_size, c.final_logit_softcap, stream_);
   return logits;
 }
 
-void CudaBackend::attend(int layer, const CudaSequence& plan, bool prefill, const kc::AttentionArgs& args) {
+void CudaBackend::attend(StepBuffers& b, int layer, const CudaSequence& plan, bool prefill,
+                         const kc::AttentionArgs& args) {
   const attention::StrategyOptions& o = plan.options_;
   const bool sparse = o.name == "kascade" && (prefill ? o.sparse_phases != attention::SparsePhases::DecodeOnly
                                                        : o.sparse_phases != attention::SparsePhases::PrefillOnly);
   if (!sparse) {
-    if (prefill) kc::dense_prefill(args, nullptr, step_.attention, stream_);
-    else kc::dense_decode(args, nullptr, step_.attention, stream_);
+    if (prefill)
+      kc::dense_prefill(args, nullptr, b.attention, stream_);
+    else
+      kc::dense_decode(args, nullptr, b.attention, stream_);
     return;
   }
   const Schedule& schedule = *plan.schedule_;
   const kc::Budget budget{o.budget_percent, o.min_k};
-  const int* head_map = plan.head_maps_.as<int>() + int64_t(layer) * config_.n_kv_heads;
+  const int* head_map = plan.head_maps_ + int64_t(layer) * config_.n_kv_heads;
   const bool anchor = schedule.is_anchor(layer), dense = schedule.is_dense(layer);
   if (prefill) {
-    const kc::PrefillIndexSets sets{step_.indices.memory.as<int>(), step_.tile_offsets.memory.as<int64_t>(),
+    const kc::PrefillIndexSets sets{b.indices.memory.as<int>(), b.tile_offsets.memory.as<int64_t>(),
                                     prefill_layout_.per_head(), int(o.tile)};
-    if (anchor) kc::anchor_prefill(args, budget, dense, sets, step_.attention, stream_);
-    else if (dense) kc::dense_prefill(args, nullptr, step_.attention, stream_);
-    else kc::reuse_prefill(args, sets, head_map, step_.attention, stream_);
+    if (anchor) kc::anchor_prefill(args, budget, dense, sets, b.attention, stream_);
+    else if (dense) kc::dense_prefill(args, nullptr, b.attention, stream_);
+    else kc::reuse_prefill(args, sets, head_map, b.attention, stream_);
   } else {
-    const kc::DecodeIndexSets sets{step_.indices.memory.as<int>(), step_.counts.memory.as<int>(), decode_max_keys_};
-    if (anchor) kc::anchor_decode(args, budget, dense, sets, step_.attention, stream_);
-    else if (dense) kc::dense_decode(args, nullptr, step_.attention, stream_);
-    else kc::reuse_decode(args, sets, head_map, step_.attention, stream_);
+    const kc::DecodeIndexSets sets{b.indices.memory.as<int>(), b.counts.memory.as<int>(), decode_max_keys_};
+    if (anchor) kc::anchor_decode(args, budget, dense, sets, b.attention, stream_);
+    else if (dense) kc::dense_decode(args, nullptr, b.attention, stream_);
+    else kc::reuse_decode(args, sets, head_map, b.attention, stream_);
   }
 }
 
@@ -472,7 +501,7 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
   for (int64_t t = 0; t < n; ++t) meta.push_back(int(t));
   meta.push_back(int(n));
   meta.insert(meta.end(), seq.pages_.begin(), seq.pages_.end());
-  int* device_meta = step_.meta.get(int64_t(meta.size()), "step metadata");
+  int* device_meta = prefill_.meta.get(int64_t(meta.size()), "step metadata");
   check(cudaMemcpyAsync(device_meta, meta.data(), meta.size() * sizeof(int), cudaMemcpyHostToDevice, stream_),
         "metadata upload");
   const int* device_tokens = device_meta;
@@ -480,23 +509,23 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
   const int* seq_len = device_meta + 2 * n;
   const int* page_table = device_meta + 2 * n + 1;
 
-  float* x = step_.x.get(n * c.d_model, "prefill activations");
-  step_.normed.get(chunk * c.d_model, "prefill activations");
-  uint16_t* queries = step_.queries.get(n * q_dim, "prefill activations");
-  uint16_t* attended = step_.attended.get(n * q_dim, "prefill activations");
-  step_.qkv.get(chunk * width, "prefill activations");
-  step_.attended_bf16.get(chunk * q_dim, "prefill activations");
-  step_.gate_up.get(chunk * 2 * c.ffn_dim, "prefill activations");
-  step_.activated.get(chunk * c.ffn_dim, "prefill activations");
-  uint16_t* contiguous_keys = step_.contiguous_keys.get(int64_t(c.n_kv_heads) * n * c.head_dim, "prefill keys");
-  uint16_t* contiguous_values = step_.contiguous_values.get(int64_t(c.n_kv_heads) * n * c.head_dim, "prefill values");
+  float* x = prefill_.x.get(n * c.d_model, "prefill activations");
+  prefill_.normed.get(chunk * c.d_model, "prefill activations");
+  uint16_t* queries = prefill_.queries.get(n * q_dim, "prefill activations");
+  uint16_t* attended = prefill_.attended.get(n * q_dim, "prefill activations");
+  prefill_.qkv.get(chunk * width, "prefill activations");
+  prefill_.attended_bf16.get(chunk * q_dim, "prefill activations");
+  prefill_.gate_up.get(chunk * 2 * c.ffn_dim, "prefill activations");
+  prefill_.activated.get(chunk * c.ffn_dim, "prefill activations");
+  uint16_t* contiguous_keys = prefill_.contiguous_keys.get(int64_t(c.n_kv_heads) * n * c.head_dim, "prefill keys");
+  uint16_t* contiguous_values = prefill_.contiguous_values.get(int64_t(c.n_kv_heads) * n * c.head_dim, "prefill values");
   if (seq.schedule_) {
     prefill_layout_ = kc::prefill_index_layout(int(n), int(seq.options_.tile), {seq.options_.budget_percent, seq.options_.min_k});
-    int64_t* offsets = step_.tile_offsets.get(int64_t(prefill_layout_.offsets.size()), "Kascade tile offsets");
+    int64_t* offsets = prefill_.tile_offsets.get(int64_t(prefill_layout_.offsets.size()), "Kascade tile offsets");
     check(cudaMemcpyAsync(offsets, prefill_layout_.offsets.data(), prefill_layout_.offsets.size() * sizeof(int64_t),
                           cudaMemcpyHostToDevice, stream_),
           "tile offsets upload");
-    step_.indices.get(int64_t(c.n_kv_heads) * prefill_layout_.per_head(), "Kascade index sets");
+    prefill_.indices.get(int64_t(c.n_kv_heads) * prefill_layout_.per_head(), "Kascade index sets");
   }
 
   QkvStep qkv_template;
@@ -537,17 +566,17 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
       QkvStep qkv = qkv_template;
       qkv.positions = positions + c0;
       qkv.queries = queries + c0 * q_dim;
-      project_qkv(w, l, x + c0 * c.d_model, rows, qkv);
+      project_qkv(prefill_, w, l, x + c0 * c.d_model, rows, qkv);
     }
-    attend(l, seq, true, args);
+    attend(prefill_, l, seq, true, args);
     for (int64_t c0 = 0; c0 < n; c0 += chunk)
-      feed_forward(w, attended + c0 * q_dim, x + c0 * c.d_model, std::min(chunk, n - c0));
+      feed_forward(prefill_, w, attended + c0 * q_dim, x + c0 * c.d_model, std::min(chunk, n - c0));
     if (progress) {
       sync("prefill layer");
       progress(n * (l + 1) / c.n_layers);
     }
   }
-  const float* logits = logits_of_last(x + (n - 1) * c.d_model, 1);
+  const float* logits = logits_of_last(prefill_, x + (n - 1) * c.d_model, 1);
   std::vector<float> host(size_t(c.vocab_size));
   check(cudaMemcpyAsync(host.data(), logits, host.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_),
         "logits download");
@@ -555,6 +584,64 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
   seq.position_ = n;
   seq.time_.total_seconds += clock.seconds();
   return host;
+}
+
+void CudaBackend::clear_graphs() {
+  for (auto& [key, graph] : graphs_) cudaGraphExecDestroy(graph);
+  graphs_.clear();
+  graph_seen_.clear();
+}
+
+// Reads the metadata decode() uploaded to decode_.meta: tokens [B], positions
+// [B], lengths [B], the sequence of each row [B], the page table [B][stride].
+void CudaBackend::decode_kernels(const CudaSequence& plan, int64_t B, int64_t stride, int bucket) {
+  const model::Config& c = config_;
+  const int* meta = decode_.meta.memory.as<int>();
+  float* x = decode_.x.memory.as<float>();
+  QkvStep qkv_template;
+  qkv_template.n_heads = c.n_heads;
+  qkv_template.n_kv_heads = c.n_kv_heads;
+  qkv_template.head_dim = c.head_dim;
+  qkv_template.norm_epsilon = c.rms_epsilon;
+  qkv_template.inverse_frequencies = inverse_frequencies_.as<float>();
+  qkv_template.rope_dim = c.rope.rope_dim;
+  qkv_template.interleaved_rope = c.rope.style == ops::RopeStyle::Interleaved;
+  qkv_template.query_scale = c.query_scale;
+  qkv_template.positions = meta + B;
+  qkv_template.sequence_of = meta + 3 * B;
+  qkv_template.page_table = meta + 4 * B;
+  qkv_template.page_table_stride = stride;
+  qkv_template.page_shift = std::countr_zero(unsigned(options_.page_size));
+  qkv_template.queries = decode_.queries.memory.as<uint16_t>();
+
+  // max_seq_len is the length bucket: the kernels size grids and splits from
+  // it and read each sequence's own length from seq_lens, so one captured
+  // step serves every length in the bucket.
+  kc::AttentionArgs args;
+  args.dtype = kc::DType::F16;
+  args.batch = int(B);
+  args.n_heads = c.n_heads;
+  args.n_kv_heads = c.n_kv_heads;
+  args.head_dim = c.head_dim;
+  args.queries = decode_.queries.memory.as<uint16_t>();
+  args.capacity = stride * options_.page_size;
+  args.seq_lens = meta + 2 * B;
+  args.max_seq_len = bucket;
+  args.output = decode_.attended.memory.as<uint16_t>();
+  args.page_table = meta + 4 * B;
+  args.page_size = options_.page_size;
+  args.page_table_stride = stride;
+
+  embed(embedding_.as<uint16_t>(), meta, int(B), c.d_model, c.embedding_scale, x, stream_);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const Layer& w = layers_[size_t(l)];
+    project_qkv(decode_, w, l, x, B, qkv_template);
+    args.keys = pool_->keys(l);
+    args.values = pool_->values(l);
+    attend(decode_, l, plan, false, args);
+    feed_forward(decode_, w, decode_.attended.memory.as<uint16_t>(), x, B);
+  }
+  logits_of_last(decode_, x, B);
 }
 
 void CudaBackend::decode(std::span<BackendSequence* const> sequences, std::span<const int32_t> tokens, float* logits) {
@@ -577,65 +664,48 @@ void CudaBackend::decode(std::span<BackendSequence* const> sequences, std::span<
   for (const int32_t token : tokens)
     if (token < 0 || token >= c.vocab_size) fail("token id {} is outside the vocabulary of {}", token, c.vocab_size);
 
-  // Metadata: tokens [B], positions [B], lengths [B], sequence of each row [B], page table [B][stride].
-  std::vector<int> meta(size_t(4 * B + B * stride), 0);
+  int* meta = decode_meta_host_;
+  const int64_t meta_count = 4 * B + B * stride;
+  std::fill(meta, meta + meta_count, 0);
   for (int64_t b = 0; b < B; ++b) {
     const CudaSequence& seq = on_gpu(*sequences[size_t(b)]);
-    meta[size_t(b)] = tokens[size_t(b)];
-    meta[size_t(B + b)] = int(seq.position_);
-    meta[size_t(2 * B + b)] = int(seq.position_ + 1);
-    meta[size_t(3 * B + b)] = int(b);
-    std::copy(seq.pages_.begin(), seq.pages_.end(), meta.begin() + 4 * B + b * stride);
+    meta[b] = tokens[size_t(b)];
+    meta[B + b] = int(seq.position_);
+    meta[2 * B + b] = int(seq.position_ + 1);
+    meta[3 * B + b] = int(b);
+    std::copy(seq.pages_.begin(), seq.pages_.end(), meta + 4 * B + b * stride);
   }
-  int* device_meta = step_.meta.get(int64_t(meta.size()), "step metadata");
-  check(cudaMemcpyAsync(device_meta, meta.data(), meta.size() * sizeof(int), cudaMemcpyHostToDevice, stream_),
+  check(cudaMemcpyAsync(decode_.meta.memory.data(), meta, size_t(meta_count) * sizeof(int), cudaMemcpyHostToDevice,
+                        stream_),
         "metadata upload");
 
-  float* x = step_.x.memory.as<float>();
-  uint16_t* queries = step_.queries.memory.as<uint16_t>();
-  QkvStep qkv_template;
-  qkv_template.n_heads = c.n_heads;
-  qkv_template.n_kv_heads = c.n_kv_heads;
-  qkv_template.head_dim = c.head_dim;
-  qkv_template.norm_epsilon = c.rms_epsilon;
-  qkv_template.inverse_frequencies = inverse_frequencies_.as<float>();
-  qkv_template.rope_dim = c.rope.rope_dim;
-  qkv_template.interleaved_rope = c.rope.style == ops::RopeStyle::Interleaved;
-  qkv_template.query_scale = c.query_scale;
-  qkv_template.positions = device_meta + B;
-  qkv_template.sequence_of = device_meta + 3 * B;
-  qkv_template.page_table = device_meta + 4 * B;
-  qkv_template.page_table_stride = stride;
-  qkv_template.page_shift = std::countr_zero(unsigned(options_.page_size));
-  qkv_template.queries = queries;
-
-  kc::AttentionArgs args;
-  args.dtype = kc::DType::F16;
-  args.batch = int(B);
-  args.n_heads = c.n_heads;
-  args.n_kv_heads = c.n_kv_heads;
-  args.head_dim = c.head_dim;
-  args.queries = queries;
-  args.capacity = stride * options_.page_size;
-  args.seq_lens = device_meta + 2 * B;
-  args.max_seq_len = int(max_len);
-  args.output = step_.attended.memory.as<uint16_t>();
-  args.page_table = device_meta + 4 * B;
-  args.page_size = options_.page_size;
-  args.page_table_stride = stride;
-
-  embed(embedding_.as<uint16_t>(), device_meta, int(B), c.d_model, c.embedding_scale, x, stream_);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const Layer& w = layers_[size_t(l)];
-    project_qkv(w, l, x, B, qkv_template);
-    args.keys = pool_->keys(l);
-    args.values = pool_->values(l);
-    attend(l, plan, false, args);
-    feed_forward(w, step_.attended.memory.as<uint16_t>(), x, B);
+  constexpr int64_t kBucket = 2048;
+  const int bucket = int(std::min(stride * options_.page_size, (max_len + kBucket - 1) / kBucket * kBucket));
+  const std::string key = fmt::format("{} {} {} {}", B, stride, bucket, plan.plan_);
+  const auto graph = graphs_.find(key);
+  if (graph != graphs_.end()) {
+    check(cudaGraphLaunch(graph->second, stream_), "cudaGraphLaunch");
+  } else if (graph_seen_[key]++ == 0) {
+    const size_t workspace = decode_.attention.high_water();
+    decode_kernels(plan, B, stride, bucket);  // eagerly: sizes the workspace for this key
+    if (decode_.attention.high_water() != workspace) {
+      const int seen = graph_seen_[key];
+      clear_graphs();  // they hold the old workspace
+      graph_seen_[key] = seen;
+    }
+  } else {
+    cudaGraph_t captured = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    decode_kernels(plan, B, stride, bucket);
+    check(cudaStreamEndCapture(stream_, &captured), "cudaStreamEndCapture");
+    check(cudaGraphInstantiate(&exec, captured, 0), "cudaGraphInstantiate");
+    cudaGraphDestroy(captured);
+    graphs_.emplace(key, exec);
+    check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
   }
-  const float* device_logits = logits_of_last(x, B);
-  check(cudaMemcpyAsync(logits, device_logits, size_t(B) * c.vocab_size * sizeof(float), cudaMemcpyDeviceToHost,
-                        stream_),
+  check(cudaMemcpyAsync(logits, decode_.logits.memory.data(), size_t(B) * c.vocab_size * sizeof(float),
+                        cudaMemcpyDeviceToHost, stream_),
         "logits download");
   sync("decode");
   const double seconds = clock.seconds();

@@ -1,7 +1,8 @@
-// Weight products on the GPU through cuBLAS: bf16 activations times bf16
-// weights, fp32 accumulation and output, optionally accumulated into the
-// output (the residual stream), so a projection and its residual add are one
-// call.
+// Weight products on the GPU: bf16 activations times bf16 weights, fp32
+// accumulation and output, optionally accumulated into the output (the
+// residual stream), so a projection and its residual add are one call.
+// Up to gpu::kMaxGemvRows rows (decode) stream the weights through
+// gpu::gemv; more rows go through cuBLAS.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -62,6 +62,13 @@ void gated_activation(const float* gate_up, int n, int ffn, bool gelu, uint16_t*
 // out[i] = bf16(float(in[i])), in fp16: the attention output into the next product.
 void half_to_bfloat(const uint16_t* in, int64_t count, uint16_t* out, cudaStream_t stream);
 
+// out[t][r] = sum_c w[r][c] * x[t][c] + beta * out[t][r] for t < n <= kMaxGemvRows:
+// a weight-streaming matrix-vector product for decode (w bf16 [rows][cols],
+// x bf16 [n][cols], cols a multiple of 8; fp32 accumulation and output).
+inline constexpr int kMaxGemvRows = 8;
+void gemv(const uint16_t* w, int64_t rows, int64_t cols, const uint16_t* x, int n, float* out, float beta,
+          cudaStream_t stream);
+
 // x[i] = cap * tanh(x[i] / cap) (final logit soft-capping).
 void soft_cap(float* x, int64_t count, float cap, cudaStream_t stream);
 
