@@ -385,7 +385,9 @@ std::unique_ptr<BackendSequence> CudaBackend::new_sequence(const engine::Sequenc
     plan += fmt::format(" maps {}", fmt::join(maps, ","));
     if (!head_maps_.contains(plan)) head_maps_.emplace(plan, upload(maps, "head maps"));
     // Decode index sets for this capacity, allocated now rather than at a token.
-    const int64_t max_keys = budget(options.capacity, o.budget_percent, o.min_k);
+    // A step's length bucket may reach the end of the sequence's last page.
+    const int64_t page_capacity = (options.capacity + options_.page_size - 1) / options_.page_size * options_.page_size;
+    const int64_t max_keys = budget(page_capacity, o.budget_percent, o.min_k);
     if (max_keys > decode_max_keys_) {
       decode_max_keys_ = max_keys;
       decode_.indices.get(int64_t(options_.max_batch) * config_.n_kv_heads * decode_max_keys_, "Kascade index sets");
@@ -431,9 +433,14 @@ void CudaBackend::project_qkv(StepBuffers& b, const Layer& w, int layer, float* 
 void CudaBackend::feed_forward(StepBuffers& b, const Layer& w, const uint16_t* attended, float* x, int64_t n) {
   const model::Config& c = config_;
   const int64_t q_dim = int64_t(c.n_heads) * c.head_dim;
-  // The attention output (fp16) into the O product, added to x.
-  half_to_bfloat(attended, n * q_dim, b.attended_bf16.memory.as<uint16_t>(), stream_);
-  blas_.matmul(w.o.view, b.attended_bf16.memory.as<uint16_t>(), n, x, 1.0f, stream_);
+  // The attention output (fp16) into the O product, added to x: decode's
+  // product reads fp16 directly, cuBLAS's takes bf16.
+  if (n <= kMaxGemvRows) {
+    gemv(w.o.view.data, w.o.view.rows, w.o.view.cols, attended, true, int(n), x, 1.0f, stream_);
+  } else {
+    half_to_bfloat(attended, n * q_dim, b.attended_bf16.memory.as<uint16_t>(), stream_);
+    blas_.matmul(w.o.view, b.attended_bf16.memory.as<uint16_t>(), n, x, 1.0f, stream_);
+  }
   rms_norm(x, w.ffn_norm.as<float>(), int(n), c.d_model, c.rms_epsilon, b.normed.memory.as<uint16_t>(), stream_);
   blas_.matmul(w.gate_up.view, b.normed.memory.as<uint16_t>(), n, b.gate_up.memory.as<float>(), 0.0f, stream_);
   gated_activation(b.gate_up.memory.as<float>(), int(n), c.ffn_dim, c.feed_forward == model::FeedForward::GeluTanhGlu,

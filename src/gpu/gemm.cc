@@ -28,7 +28,7 @@ Blas::~Blas() {
 void Blas::matmul(const Matrix& w, const uint16_t* x, int64_t n, float* out, float beta, cudaStream_t stream) {
   // Decode's few rows: the weight-streaming kernel reads the matrix once at
   // nearly full bandwidth, where cuBLAS leaves about a quarter unused.
-  if (n <= kMaxGemvRows && w.cols % 8 == 0) return gemv(w.data, w.rows, w.cols, x, int(n), out, beta, stream);
+  if (n <= kMaxGemvRows && w.cols % 8 == 0) return gemv(w.data, w.rows, w.cols, x, false, int(n), out, beta, stream);
   // Column-major view: out^T [rows x n] = w (stored [rows][cols], so op T of a
   // cols x rows matrix) times x^T [cols x n].
   const float alpha = 1.0f;

@@ -150,7 +150,7 @@ __global__ void soft_cap_kernel(float* x, int64_t count, float cap) {
 // bytes (8 bf16) of the row per load, four loads in flight, against the same
 // columns of the n activation rows (read through the read-only cache); the
 // warp sums its lanes at the end.
-template <int kRows>
+template <int kRows, bool kHalfInput>
 __global__ void gemv_kernel(const uint16_t* w, int64_t rows, int64_t cols, const uint16_t* x, float* out,
                             float beta) {
   constexpr int kUnroll = 4;
@@ -182,10 +182,13 @@ __global__ void gemv_kernel(const uint16_t* w, int64_t rows, int64_t cols, const
 #pragma unroll
         for (int t = 0; t < kRows; ++t) {
           const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + t * cols) + v);
-          const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&xv);
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const float2 pair = __bfloat1622float2(xp[i]);
+            float2 pair;
+            if constexpr (kHalfInput)
+              pair = __half22float2(reinterpret_cast<const __half2*>(&xv)[i]);
+            else
+              pair = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&xv)[i]);
             acc[t] = fmaf(wf[2 * i], pair.x, acc[t]);
             acc[t] = fmaf(wf[2 * i + 1], pair.y, acc[t]);
           }
@@ -205,11 +208,14 @@ __global__ void gemv_kernel(const uint16_t* w, int64_t rows, int64_t cols, const
 }
 
 template <int kRows>
-void launch_gemv(const uint16_t* w, int64_t rows, int64_t cols, const uint16_t* x, float* out, float beta,
-                 cudaStream_t stream) {
+void launch_gemv(const uint16_t* w, int64_t rows, int64_t cols, const uint16_t* x, bool half_input, float* out,
+                 float beta, cudaStream_t stream) {
   constexpr int kThreads = 256;
   const int64_t blocks = std::min<int64_t>((rows + kThreads / 32 - 1) / (kThreads / 32), 132 * 8);
-  gemv_kernel<kRows><<<int(blocks), kThreads, 0, stream>>>(w, rows, cols, x, out, beta);
+  if (half_input)
+    gemv_kernel<kRows, true><<<int(blocks), kThreads, 0, stream>>>(w, rows, cols, x, out, beta);
+  else
+    gemv_kernel<kRows, false><<<int(blocks), kThreads, 0, stream>>>(w, rows, cols, x, out, beta);
 }
 
 int stride_blocks(int64_t count) { return int(std::min<int64_t>((count + 255) / 256, 132 * 16)); }
@@ -244,17 +250,17 @@ void half_to_bfloat(const uint16_t* in, int64_t count, uint16_t* out, cudaStream
   half_to_bfloat_kernel<<<stride_blocks(count), 256, 0, stream>>>(in, count, out);
 }
 
-void gemv(const uint16_t* w, int64_t rows, int64_t cols, const uint16_t* x, int n, float* out, float beta,
-          cudaStream_t stream) {
+void gemv(const uint16_t* w, int64_t rows, int64_t cols, const uint16_t* x, bool half_input, int n, float* out,
+          float beta, cudaStream_t stream) {
   switch (n) {
-    case 1: return launch_gemv<1>(w, rows, cols, x, out, beta, stream);
-    case 2: return launch_gemv<2>(w, rows, cols, x, out, beta, stream);
-    case 3: return launch_gemv<3>(w, rows, cols, x, out, beta, stream);
-    case 4: return launch_gemv<4>(w, rows, cols, x, out, beta, stream);
-    case 5: return launch_gemv<5>(w, rows, cols, x, out, beta, stream);
-    case 6: return launch_gemv<6>(w, rows, cols, x, out, beta, stream);
-    case 7: return launch_gemv<7>(w, rows, cols, x, out, beta, stream);
-    case 8: return launch_gemv<8>(w, rows, cols, x, out, beta, stream);
+    case 1: return launch_gemv<1>(w, rows, cols, x, half_input, out, beta, stream);
+    case 2: return launch_gemv<2>(w, rows, cols, x, half_input, out, beta, stream);
+    case 3: return launch_gemv<3>(w, rows, cols, x, half_input, out, beta, stream);
+    case 4: return launch_gemv<4>(w, rows, cols, x, half_input, out, beta, stream);
+    case 5: return launch_gemv<5>(w, rows, cols, x, half_input, out, beta, stream);
+    case 6: return launch_gemv<6>(w, rows, cols, x, half_input, out, beta, stream);
+    case 7: return launch_gemv<7>(w, rows, cols, x, half_input, out, beta, stream);
+    case 8: return launch_gemv<8>(w, rows, cols, x, half_input, out, beta, stream);
   }
 }
 

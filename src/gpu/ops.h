@@ -64,10 +64,11 @@ void half_to_bfloat(const uint16_t* in, int64_t count, uint16_t* out, cudaStream
 
 // out[t][r] = sum_c w[r][c] * x[t][c] + beta * out[t][r] for t < n <= kMaxGemvRows:
 // a weight-streaming matrix-vector product for decode (w bf16 [rows][cols],
-// x bf16 [n][cols], cols a multiple of 8; fp32 accumulation and output).
+// x bf16, or fp16 with half_input, [n][cols], cols a multiple of 8; fp32
+// accumulation and output).
 inline constexpr int kMaxGemvRows = 8;
-void gemv(const uint16_t* w, int64_t rows, int64_t cols, const uint16_t* x, int n, float* out, float beta,
-          cudaStream_t stream);
+void gemv(const uint16_t* w, int64_t rows, int64_t cols, const uint16_t* x, bool half_input, int n, float* out,
+          float beta, cudaStream_t stream);
 
 // x[i] = cap * tanh(x[i] / cap) (final logit soft-capping).
 void soft_cap(float* x, int64_t count, float cap, cudaStream_t stream);
