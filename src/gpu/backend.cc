@@ -279,6 +279,8 @@ CudaBackend::CudaBackend(const std::string& path, const BackendOptions& options)
   if (c.sliding_window > 0)
     fail("{}: {} has sliding-window layers, which the GPU engine does not run (use --device cpu)", path,
          c.architecture_name);
+  if (c.d_model % 8 != 0 || c.ffn_dim % 8 != 0)
+    fail("{}: d_model {} and the FFN width {} must be multiples of 8 for the GPU engine", path, c.d_model, c.ffn_dim);
   if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
     fail("{}: head dim {} is not one the GPU kernels take (64, 128, 256)", path, c.head_dim);
   if (options.page_size < 16 || (options.page_size & (options.page_size - 1)) != 0)

@@ -36,20 +36,50 @@ __global__ void embed_kernel(const uint16_t* table, const int32_t* tokens, int d
   for (int c = threadIdx.x; c < d_model; c += blockDim.x) x[int64_t(t) * d_model + c] = bf16_value(row[c]) * scale;
 }
 
-template <bool kInPlace>
+// One row per block; every thread loads its float4s once, into registers
+// (all issued before any is used), for both the sum and the scaled write.
+template <bool kInPlace, int kVectors>
 __global__ void rms_norm_kernel(float* x, const float* weight, int dim, float epsilon, uint16_t* out) {
-  __shared__ float scratch[kRowThreads / 32];
-  float* row = x + int64_t(blockIdx.x) * dim;
+  __shared__ float scratch[1024 / 32];
+  float4* row = reinterpret_cast<float4*>(x + int64_t(blockIdx.x) * dim);
+  const int vectors = dim / 4;
+  float4 v[kVectors];
   float squares = 0;
-  for (int c = threadIdx.x; c < dim; c += blockDim.x) squares += row[c] * row[c];
-  const float scale = rsqrtf(block_sum(squares, scratch) / float(dim) + epsilon);
-  for (int c = threadIdx.x; c < dim; c += blockDim.x) {
-    const float value = row[c] * scale * weight[c];
-    if constexpr (kInPlace)
-      row[c] = value;
-    else
-      out[int64_t(blockIdx.x) * dim + c] = to_bf16(value);
+#pragma unroll
+  for (int i = 0; i < kVectors; ++i) {
+    const int at = threadIdx.x + i * blockDim.x;
+    v[i] = at < vectors ? row[at] : make_float4(0, 0, 0, 0);
   }
+#pragma unroll
+  for (int i = 0; i < kVectors; ++i) squares += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+  const float scale = rsqrtf(block_sum(squares, scratch) / float(dim) + epsilon);
+  const float4* w = reinterpret_cast<const float4*>(weight);
+#pragma unroll
+  for (int i = 0; i < kVectors; ++i) {
+    const int at = threadIdx.x + i * blockDim.x;
+    if (at >= vectors) break;
+    const float4 g = w[at];
+    const float4 y = make_float4(v[i].x * scale * g.x, v[i].y * scale * g.y, v[i].z * scale * g.z, v[i].w * scale * g.w);
+    if constexpr (kInPlace) {
+      row[at] = y;
+    } else {
+      uint2 packed;
+      packed.x = uint32_t(to_bf16(y.x)) | (uint32_t(to_bf16(y.y)) << 16);
+      packed.y = uint32_t(to_bf16(y.z)) | (uint32_t(to_bf16(y.w)) << 16);
+      reinterpret_cast<uint2*>(out + int64_t(blockIdx.x) * dim)[at] = packed;
+    }
+  }
+}
+
+template <bool kInPlace>
+void launch_rms_norm(float* x, const float* weight, int n, int dim, float epsilon, uint16_t* out, cudaStream_t stream) {
+  const int vectors = dim / 4;
+  const int threads = std::min(1024, (vectors + 31) / 32 * 32);
+  const int per_thread = (vectors + threads - 1) / threads;
+  if (per_thread <= 1) rms_norm_kernel<kInPlace, 1><<<n, threads, 0, stream>>>(x, weight, dim, epsilon, out);
+  else if (per_thread <= 2) rms_norm_kernel<kInPlace, 2><<<n, threads, 0, stream>>>(x, weight, dim, epsilon, out);
+  else if (per_thread <= 4) rms_norm_kernel<kInPlace, 4><<<n, threads, 0, stream>>>(x, weight, dim, epsilon, out);
+  else rms_norm_kernel<kInPlace, 8><<<n, threads, 0, stream>>>(x, weight, dim, epsilon, out);  // dim <= 32768
 }
 
 // One token per block: its Q, K and V row in shared memory through every step.
@@ -85,16 +115,24 @@ __global__ void qkv_kernel(QkvStep p) {
     __syncthreads();
   }
 
-  // RoPE on every (head, pair), angles in double as on the CPU.
+  // RoPE on every (head, pair): the pair's angle once (in double, as on the
+  // CPU), then every head's rotation.
   const int pairs = p.rope_dim / 2;
+  float* cosines = row + width;
+  float* sines = cosines + pairs;
   const double position = double(p.positions[t]);
-  for (int item = threadIdx.x; item < rotated_heads * pairs; item += blockDim.x) {
-    const int head = item / pairs, i = item % pairs;
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
     double sine, cosine;
     sincos(position * double(p.inverse_frequencies[i]), &sine, &cosine);
+    cosines[i] = float(cosine);
+    sines[i] = float(sine);
+  }
+  __syncthreads();
+  for (int item = threadIdx.x; item < rotated_heads * pairs; item += blockDim.x) {
+    const int head = item / pairs, i = item % pairs;
     float* x = row + head * d;
     const int a = p.interleaved_rope ? 2 * i : i, b = p.interleaved_rope ? 2 * i + 1 : i + pairs;
-    const float x0 = x[a], x1 = x[b], c = float(cosine), s = float(sine);
+    const float x0 = x[a], x1 = x[b], c = cosines[i], s = sines[i];
     x[a] = x0 * c - x1 * s;
     x[b] = x0 * s + x1 * c;
   }
@@ -147,13 +185,13 @@ __global__ void soft_cap_kernel(float* x, int64_t count, float cap) {
 }
 
 // One warp per weight row (rows striped over the grid): each lane streams 16
-// bytes (8 bf16) of the row per load, four loads in flight, against the same
+// bytes (8 bf16) of the row per load, eight loads in flight, against the same
 // columns of the n activation rows (read through the read-only cache); the
 // warp sums its lanes at the end.
 template <int kRows, bool kHalfInput>
 __global__ void gemv_kernel(const uint16_t* w, int64_t rows, int64_t cols, const uint16_t* x, float* out,
                             float beta) {
-  constexpr int kUnroll = 4;
+  constexpr int kUnroll = 8;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
   const int64_t vectors = cols / 8;  // 8 bf16 per 16-byte load
@@ -229,17 +267,19 @@ void embed(const uint16_t* table, const int32_t* tokens, int n, int d_model, flo
 
 void rms_norm(const float* x, const float* weight, int n, int dim, float epsilon, uint16_t* out,
               cudaStream_t stream) {
-  rms_norm_kernel<false><<<n, kRowThreads, 0, stream>>>(const_cast<float*>(x), weight, dim, epsilon, out);
+  launch_rms_norm<false>(const_cast<float*>(x), weight, n, dim, epsilon, out, stream);
 }
 
 void rms_norm_in_place(float* x, const float* weight, int n, int dim, float epsilon, cudaStream_t stream) {
-  rms_norm_kernel<true><<<n, kRowThreads, 0, stream>>>(x, weight, dim, epsilon, nullptr);
+  launch_rms_norm<true>(x, weight, n, dim, epsilon, nullptr, stream);
 }
 
 void qkv_step(const QkvStep& step, cudaStream_t stream) {
-  const size_t bytes = size_t(step.n_heads + 2 * step.n_kv_heads) * step.head_dim * sizeof(float);
+  // The token's row, then the rotation's cosines and sines.
+  const size_t bytes = (size_t(step.n_heads + 2 * step.n_kv_heads) * step.head_dim + step.rope_dim) * sizeof(float);
   if (bytes > 48 * 1024) cudaFuncSetAttribute(qkv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-  qkv_kernel<<<step.n, kRowThreads, bytes, stream>>>(step);
+  // Few tokens (decode): wide blocks, so that each thread's loads are few.
+  qkv_kernel<<<step.n, step.n <= 64 ? 1024 : kRowThreads, bytes, stream>>>(step);
 }
 
 void gated_activation(const float* gate_up, int n, int ffn, bool gelu, uint16_t* out, cudaStream_t stream) {
