@@ -72,17 +72,19 @@ build_and_test_sanitized() {
     run_ctest build-asan -LE model
 }
 
-# The CUDA library, GPU test and benchmark, configured as the GPU machine
-# configures them (bench/cuda/run_device.sh: -DKASCADE_DEVICE_ONLY=ON; here
-# also fmt header-only and GoogleTest from .deps/, as there). CI has no GPU:
-# the test runs for its host-side check and skips its kernel cases.
+# Everything CUDA: the kernels, the GPU engine and the CLI built with them,
+# their GPU tests and benchmarks, linked as the binaries carried to the GPU
+# machine are (OpenBLAS static, fmt header-only, GoogleTest from .deps/).
+# CI has no GPU: the tests run for their host-side checks and skip their
+# device cases.
 build_cuda() {
   bash scripts/prepare_device_deps.sh || { failed=$((failed + 1)); return 1; }
-  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DKASCADE_CUDA=ON -DKASCADE_DEVICE_ONLY=ON \
-    -DKASCADE_PREFER_DEPS=ON >/dev/null || { failed=$((failed + 1)); return 1; }
-  cmake --build build-cuda -j"$JOBS" --target kascade_cuda kascade_cuda_test kascade_cuda_bench ||
-    { failed=$((failed + 1)); return 1; }
-  build-cuda/src/cuda/kascade_cuda_test --gtest_brief=1 || { failed=$((failed + 1)); return 1; }
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DKASCADE_CUDA=ON -DKASCADE_DEVICE_ONLY=OFF \
+    -DKASCADE_STATIC_LIBS=ON -DKASCADE_PREFER_DEPS=ON >/dev/null || { failed=$((failed + 1)); return 1; }
+  cmake --build build-gpu -j"$JOBS" --target kascade engine_bench kascade_cuda_test kascade_cuda_bench \
+    gpu_engine_test || { failed=$((failed + 1)); return 1; }
+  build-gpu/src/cuda/kascade_cuda_test --gtest_brief=1 || { failed=$((failed + 1)); return 1; }
+  build-gpu/src/gpu/gpu_engine_test --gtest_brief=1 || { failed=$((failed + 1)); return 1; }
 }
 
 fuzz_targets=()
@@ -132,7 +134,7 @@ if [[ "${KASCADE_SKIP_CUDA:-0}" == 1 ]]; then
 elif ! command -v nvcc >/dev/null; then
   echo "test: no nvcc on PATH: skipping the CUDA build"
 else
-  timed "CUDA build (build-cuda/)" build_cuda
+  timed "CUDA build (build-gpu/)" build_cuda
 fi
 
 if [[ "${KASCADE_SKIP_ASAN:-0}" == 1 ]]; then

@@ -13,7 +13,7 @@
 #   bench/cuda/run_device.sh [all|test|bench|decode|prefill]
 # decode / prefill: the test, then that half of the benchmark. With
 # PREBUILT=DIR holding kascade_cuda_test and kascade_cuda_bench built
-# elsewhere (e.g. build-cuda/src/cuda from scripts/test.sh, whose binaries
+# elsewhere (e.g. build-gpu/src/cuda from scripts/test.sh, whose binaries
 # link the CUDA runtime, fmt and GoogleTest statically), those are used when
 # they start on this machine, which saves the build's device time.
 # Exit status: 0 when the build, the test (no case skipped), the benchmark
