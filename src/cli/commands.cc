@@ -21,6 +21,7 @@
 #include "core/model_cache.h"
 #include "core/progress.h"
 #include "engine/generate.h"
+#include "engine/scheduler.h"
 #include "kascade/profile.h"
 #include "model/fingerprint.h"
 #include "model/model.h"
@@ -97,22 +98,23 @@ void run_generate(const GenerateArgs& args) {
   if (strategy_options.name == "kascade")
     strategy_options.profile =
         model::resolve_profile(args.profile, args.model, config, backend->file(), args.quiet);
-  const std::unique_ptr<engine::BackendSequence> seq = backend->new_sequence(
-      {capacity, strategy_options, args.kv_type == "f16" ? attention::KvType::F16 : attention::KvType::F32});
-
-  engine::GenerateOptions options;
-  options.max_new_tokens = args.max_tokens;
-  options.stop_strings = args.stops;
-  options.sampling = args.sampling;
+  // One request through the scheduler the server uses (engine/scheduler.h).
+  engine::Request request;
+  request.prompt = prompt;
+  request.options.max_new_tokens = args.max_tokens;
+  request.options.stop_strings = args.stops;
+  request.options.sampling = args.sampling;
+  request.attention = strategy_options;
+  request.kv_type = args.kv_type == "f16" ? attention::KvType::F16 : attention::KvType::F32;
+  request.capacity = capacity;
   std::unique_ptr<ProgressBar> progress;
-  engine::GenerateCallbacks callbacks;
   bool line_open = false;  // streamed text ends mid-line
-  callbacks.on_text = [&](const std::string& piece) {
+  request.on_text = [&](const std::string& piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
     line_open = piece.back() != '\n';
   };
-  callbacks.on_prefill = [&](int64_t done, int64_t total) {
+  request.on_prefill = [&](int64_t done, int64_t total) {
     if (args.quiet) return;
     if (!progress) progress = std::make_unique<ProgressBar>(uint64_t(total), ProgressOptions{.label = "prefill",
                                                                            .show_after_seconds = 1.0});
@@ -120,11 +122,14 @@ void run_generate(const GenerateArgs& args) {
     if (done == total) progress.reset();
   };
   engine::GenerationResult result;
-  try {
-    result = engine::generate(*backend, tokenizer, *seq, prompt, options, callbacks);
-  } catch (...) {
+  request.on_finish = [&](const engine::GenerationResult& r) { result = r; };
+  engine::Scheduler scheduler(*backend, tokenizer, {.max_running = 1, .max_queued = 0});
+  scheduler.submit(std::move(request));
+  scheduler.run_until_idle();
+  progress.reset();
+  if (result.stop_reason == "error") {
     if (line_open) std::fputc('\n', stdout);  // so that the error, on a shared terminal, starts its own line
-    throw;
+    fail("{}", result.error);
   }
   std::fputc('\n', stdout);
   std::fflush(stdout);
@@ -135,8 +140,8 @@ void run_generate(const GenerateArgs& args) {
   fmt::print(stderr,
              "\n--- {} | {} | attention {} | prompt {} tokens | prefill {:.1f} tok/s ({:.2f} s) | "
              "generated {} tokens, decode {:.1f} tok/s | stop: {} | KV cache {} | peak memory {}\n",
-             config.name, backend->device_name(), seq->attention_name(), result.prompt_tokens, prefill_rate,
-             result.prefill_seconds, result.tokens.size(), decode_rate, result.stop_reason, format_bytes(seq->kv_bytes()),
+             config.name, backend->device_name(), result.attention_name, result.prompt_tokens, prefill_rate,
+             result.prefill_seconds, result.tokens.size(), decode_rate, result.stop_reason, format_bytes(result.kv_bytes),
              format_bytes(peak_resident_bytes()));
 }
 

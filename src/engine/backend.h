@@ -58,6 +58,31 @@ class Backend {
   virtual bool dense_prefill(const BackendSequence& sequence) const = 0;
   // Copies every position of `from` into the empty `to` (of the same backend).
   virtual void copy_prefix(BackendSequence& to, const BackendSequence& from) = 0;
+
+  // What a scheduler needs to share the backend among requests.
+  //
+  // KV memory in tokens: all of it, what live sequences have taken, and what
+  // a sequence of `capacity` tokens takes (the GPU rounds up to whole pages).
+  // new_sequence fails when kv_tokens_for(capacity) > kv_tokens_free(). A
+  // sequence returns its tokens when it is destroyed.
+  virtual int64_t kv_tokens_total() const = 0;
+  virtual int64_t kv_tokens_free() const = 0;
+  virtual int64_t kv_tokens_for(int64_t capacity) const { return capacity; }
+  // Lowers the KV memory that sequences may take to `tokens` (a server's
+  // --kv-tokens); never raises it above what the backend has.
+  virtual void limit_kv_tokens(int64_t tokens) = 0;
+  // True when prefill may continue a sequence that already holds tokens, so
+  // a long prompt can go in chunks between other sequences' decode steps
+  // (the CPU); false when a prompt is prefilled in one pass from position 0
+  // (the GPU).
+  virtual bool supports_chunked_prefill() const = 0;
+  // Chunked prefill: chunks must start at multiples of this (a Kascade tile).
+  virtual int64_t prefill_alignment(const BackendSequence& sequence) const { return 1; }
+  // Sequences with equal keys may share one decode call (the GPU batches only
+  // sequences with the same attention settings; the CPU batches any).
+  virtual std::string decode_group(const BackendSequence& sequence) const { return {}; }
+  // The most sequences one decode call takes.
+  virtual int64_t max_decode_batch() const { return INT64_MAX; }
 };
 
 // The CPU engine over the model at `path`.

@@ -1,14 +1,49 @@
-// The CPU engine behind engine::Backend: model::Model's forward pass, one
-// sequence at a time (a batched decode step runs its sequences in turn).
+// The CPU engine behind engine::Backend: model::Model's forward pass. A
+// batched decode step runs the weight products of all its sequences together
+// (Model::decode); prefill continues a sequence from any position, so a
+// scheduler can prefill long prompts in chunks between decode steps.
+//
+// KV memory: each sequence allocates its cache at its capacity (pages are
+// touched as positions fill). The backend counts the tokens live sequences
+// reserved against a budget: what half of the memory available at load time
+// holds, unless limit_kv_tokens lowers it.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <fstream>
+#include <string>
+
 #include "core/error.h"
 #include "engine/backend.h"
 
 namespace kascade::engine {
 namespace {
 
+// MemAvailable of /proc/meminfo in bytes (0 when unreadable).
+uint64_t available_memory() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kilobytes = 0;
+  std::string unit;
+  while (meminfo >> key >> kilobytes >> unit)
+    if (key == "MemAvailable:") return kilobytes * 1024;
+  return 0;
+}
+
+// Reserved KV tokens, shared by the backend and its sequences (which may
+// outlive nothing but are destroyed on other threads than the one counting).
+struct KvAccount {
+  std::atomic<int64_t> used{0};
+  std::atomic<int64_t> limit{0};
+  int64_t total = 0;
+};
+
 class CpuSequence final : public BackendSequence {
  public:
-  explicit CpuSequence(model::Sequence seq) : seq(std::move(seq)) {}
+  CpuSequence(model::Sequence seq, std::shared_ptr<KvAccount> account, int64_t reserved)
+      : seq(std::move(seq)), account_(std::move(account)), reserved_(reserved) {}
+  ~CpuSequence() override { account_->used -= reserved_; }
   int64_t position() const override { return seq.n_past; }
   int64_t capacity() const override { return seq.cache.capacity(); }
   uint64_t kv_bytes() const override { return seq.cache.bytes(); }
@@ -16,6 +51,10 @@ class CpuSequence final : public BackendSequence {
   model::TimeSplit time() const override { return seq.time; }
 
   model::Sequence seq;
+
+ private:
+  std::shared_ptr<KvAccount> account_;
+  int64_t reserved_;
 };
 
 CpuSequence& cpu(BackendSequence& sequence) { return static_cast<CpuSequence&>(sequence); }
@@ -23,16 +62,31 @@ const CpuSequence& cpu(const BackendSequence& sequence) { return static_cast<con
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(model::Model model) : model_(std::move(model)) {}
+  explicit CpuBackend(model::Model model) : model_(std::move(model)), account_(std::make_shared<KvAccount>()) {
+    const model::Config& c = model_.config();
+    const uint64_t token_bytes = uint64_t(c.n_layers) * c.n_kv_heads * c.head_dim * 2 * 2;  // fp16 K + V
+    const int64_t memory_tokens = int64_t(available_memory() / 2 / token_bytes);
+    // At least one full context, whatever /proc/meminfo said.
+    account_->total = std::max<int64_t>(memory_tokens, c.context_length);
+    account_->limit = account_->total;
+  }
 
   const model::Config& config() const override { return model_.config(); }
   const gguf::File& file() const override { return model_.file(); }
   std::string device_name() const override { return "CPU"; }
 
   std::unique_ptr<BackendSequence> new_sequence(const SequenceOptions& options) override {
-    return std::make_unique<CpuSequence>(model_.new_sequence(
-        options.capacity, options.kv_type,
-        attention::make_strategy(options.attention, model_.config().attention_shape())));
+    const int64_t capacity = options.capacity;
+    std::unique_ptr<attention::Strategy> strategy =
+        attention::make_strategy(options.attention, model_.config().attention_shape());
+    model::Sequence seq = model_.new_sequence(capacity, options.kv_type, std::move(strategy));
+    const int64_t used = account_->used.fetch_add(capacity) + capacity;
+    if (used > account_->limit) {
+      account_->used -= capacity;
+      fail("the KV budget has {} free tokens, a sequence needs {}: end other sequences or ask for less context",
+           account_->limit - (used - capacity), capacity);
+    }
+    return std::make_unique<CpuSequence>(std::move(seq), account_, capacity);
   }
 
   std::vector<float> prefill(BackendSequence& sequence, std::span<const int32_t> tokens,
@@ -42,9 +96,9 @@ class CpuBackend final : public Backend {
 
   void decode(std::span<BackendSequence* const> sequences, std::span<const int32_t> tokens, float* logits) override {
     if (sequences.size() != tokens.size()) fail("decode: {} sequences but {} tokens", sequences.size(), tokens.size());
-    const int64_t vocab = model_.config().vocab_size;
-    for (size_t i = 0; i < sequences.size(); ++i)
-      model_.forward(cpu(*sequences[i]).seq, tokens.subspan(i, 1), 1, logits + int64_t(i) * vocab);
+    batch_.clear();
+    for (BackendSequence* s : sequences) batch_.push_back(&cpu(*s).seq);
+    model_.decode(batch_, tokens, logits, activations_);
   }
 
   bool dense_prefill(const BackendSequence& sequence) const override {
@@ -59,8 +113,21 @@ class CpuBackend final : public Backend {
     target.n_past = source.n_past;
   }
 
+  int64_t kv_tokens_total() const override { return account_->limit; }
+  int64_t kv_tokens_free() const override { return std::max<int64_t>(0, account_->limit - account_->used); }
+  void limit_kv_tokens(int64_t tokens) override {
+    account_->limit = std::clamp<int64_t>(tokens, 0, account_->total);
+  }
+  bool supports_chunked_prefill() const override { return true; }
+  int64_t prefill_alignment(const BackendSequence& sequence) const override {
+    return cpu(sequence).seq.attention->prefill_alignment();
+  }
+
  private:
   model::Model model_;
+  std::shared_ptr<KvAccount> account_;
+  std::vector<model::Sequence*> batch_;
+  model::Activations activations_;  // a decode step's rows, reused
 };
 
 }  // namespace

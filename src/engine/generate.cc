@@ -2,26 +2,75 @@
 
 #include "core/error.h"
 #include "core/timer.h"
-#include "sampling/stop_strings.h"
 
 namespace kascade::engine {
 
-namespace {
-
-void check_request(const BackendSequence& seq, std::span<const int32_t> prompt, const GenerateOptions& options) {
+void check_request(int64_t capacity, std::span<const int32_t> prompt, const GenerateOptions& options) {
   if (prompt.empty()) fail("the prompt is empty");
-  if (int64_t(prompt.size()) >= seq.capacity())
+  if (int64_t(prompt.size()) >= capacity)
     fail("prompt of {} tokens does not fit the context of {} tokens (it needs room for at least one new token)",
-         prompt.size(), seq.capacity());
+         prompt.size(), capacity);
   if (options.max_new_tokens < 0) fail("max new tokens must be >= 0, got {}", options.max_new_tokens);
 }
 
-}  // namespace
+TokenStream::TokenStream(const tokenizer::Tokenizer& tokenizer, std::span<const int32_t> prompt,
+                         const GenerateOptions& options, std::function<void(const std::string&)> on_text)
+    : tokenizer_(tokenizer),
+      max_new_tokens_(options.max_new_tokens),
+      sampler_(options.sampling),
+      stops_(options.stop_strings),
+      decoder_(tokenizer, /*skip_special=*/true),
+      on_text_(std::move(on_text)) {
+  result_.prompt_tokens = int64_t(prompt.size());
+  result_.stop_reason = "token limit";
+  for (const int32_t token : prompt) sampler_.accept(token);
+}
+
+void TokenStream::emit(const std::string& text) {
+  if (text.empty()) return;
+  result_.text += text;
+  if (on_text_) on_text_(text);
+}
+
+void TokenStream::finish(const char* reason) {
+  result_.stop_reason = reason;
+  done_ = true;
+  if (!stops_.stopped()) emit(stops_.push(decoder_.finish()) + stops_.finish());
+}
+
+std::optional<int32_t> TokenStream::next(std::span<const float> logits, const BackendSequence& seq) {
+  if (done_) return std::nullopt;
+  if (int64_t(result_.tokens.size()) >= max_new_tokens_) {
+    finish("token limit");
+    return std::nullopt;
+  }
+  const int32_t token = sampler_.sample(logits);
+  if (tokenizer_.is_end_of_generation(token)) {
+    finish("eos");
+    return std::nullopt;
+  }
+  sampler_.accept(token);
+  result_.tokens.push_back(token);
+  emit(stops_.push(decoder_.push(token)));
+  if (stops_.stopped()) {
+    finish("stop string");
+    return std::nullopt;
+  }
+  if (int64_t(result_.tokens.size()) == max_new_tokens_) {
+    finish("token limit");
+    return std::nullopt;
+  }
+  if (seq.position() + 1 > seq.capacity()) {
+    finish("context full");
+    return std::nullopt;
+  }
+  return token;
+}
 
 GenerationResult generate(Backend& backend, const tokenizer::Tokenizer& tokenizer, BackendSequence& seq,
                           std::span<const int32_t> prompt, const GenerateOptions& options,
                           const GenerateCallbacks& callbacks) {
-  check_request(seq, prompt, options);
+  check_request(seq.capacity(), prompt, options);
   if (seq.position() != 0) fail("generate needs a fresh sequence");
   Stopwatch prefill_clock;
   std::vector<float> logits = backend.prefill(
@@ -41,47 +90,20 @@ GenerationResult generate_after_prefill(Backend& backend, const tokenizer::Token
                                         BackendSequence& seq, std::span<const int32_t> prompt,
                                         std::vector<float> logits, const GenerateOptions& options,
                                         const GenerateCallbacks& callbacks) {
-  check_request(seq, prompt, options);
+  check_request(seq.capacity(), prompt, options);
   if (seq.position() != int64_t(prompt.size()))
     fail("the sequence holds {} positions, not the prompt's {}", seq.position(), prompt.size());
-  GenerationResult result;
-  result.prompt_tokens = int64_t(prompt.size());
-  sampling::Sampler sampler(options.sampling);
-  for (const int32_t token : prompt) sampler.accept(token);
-  sampling::StopStringMatcher stops(options.stop_strings);
-  tokenizer::StreamDecoder decoder(tokenizer, /*skip_special=*/true);
-  auto emit = [&](const std::string& text) {
-    if (text.empty()) return;
-    result.text += text;
-    if (callbacks.on_text) callbacks.on_text(text);
-  };
-
+  TokenStream stream(tokenizer, prompt, options, callbacks.on_text);
   Stopwatch decode_clock;
-  result.stop_reason = "token limit";
-  while (int64_t(result.tokens.size()) < options.max_new_tokens) {
-    const int32_t token = sampler.sample(logits);
-    if (tokenizer.is_end_of_generation(token)) {
-      result.stop_reason = "eos";
-      break;
-    }
-    sampler.accept(token);
-    result.tokens.push_back(token);
-    emit(stops.push(decoder.push(token)));
-    if (stops.stopped()) {
-      result.stop_reason = "stop string";
-      break;
-    }
-    if (int64_t(result.tokens.size()) == options.max_new_tokens) break;
-    if (seq.position() + 1 > seq.capacity()) {
-      result.stop_reason = "context full";
-      break;
-    }
+  while (const std::optional<int32_t> token = stream.next(logits, seq)) {
     BackendSequence* const batch[1] = {&seq};
-    const int32_t next[1] = {token};
+    const int32_t next[1] = {*token};
     backend.decode(batch, next, logits.data());
   }
-  if (!stops.stopped()) emit(stops.push(decoder.finish()) + stops.finish());
+  GenerationResult result = std::move(stream.result());
   result.decode_seconds = decode_clock.seconds();
+  result.attention_name = std::string(seq.attention_name());
+  result.kv_bytes = seq.kv_bytes();
   return result;
 }
 

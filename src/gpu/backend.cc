@@ -105,13 +105,16 @@ class KvPool {
   uint16_t* keys(int layer) const { return keys_[size_t(layer)].as<uint16_t>(); }
   uint16_t* values(int layer) const { return values_[size_t(layer)].as<uint16_t>(); }
   int64_t n_pages() const { return n_pages_; }
-  int64_t free_pages() const { return int64_t(free_.size()); }
+  // Pages sequences may still take: the free ones less those withheld by limit().
+  int64_t free_pages() const { return std::max<int64_t>(0, int64_t(free_.size()) - withheld_); }
+  int64_t usable_pages() const { return n_pages_ - withheld_; }
+  void limit(int64_t pages) { withheld_ = n_pages_ - std::clamp<int64_t>(pages, 0, n_pages_); }
   uint64_t page_bytes() const { return uint64_t(page_elements_) * 2 * 2 * keys_.size(); }  // K + V, all layers
 
   std::vector<int> take(int64_t n) {
-    if (n > int64_t(free_.size()))
+    if (n > free_pages())
       fail("the KV cache has {} free pages ({}), a sequence needs {}: end other sequences or ask for less context",
-           free_.size(), gib(free_.size() * page_bytes()), n);
+           free_pages(), gib(uint64_t(free_pages()) * page_bytes()), n);
     std::vector<int> pages(free_.end() - n, free_.end());
     free_.resize(free_.size() - size_t(n));
     return pages;
@@ -138,6 +141,7 @@ class KvPool {
   int64_t n_pages_;
   std::vector<DeviceMemory> keys_, values_;
   std::vector<int> free_;
+  int64_t withheld_ = 0;  // pages limit() keeps from sequences
 };
 
 // ---------------------------------------------------------------------------
@@ -215,6 +219,18 @@ class CudaBackend final : public engine::Backend {
     return s.options_.name == "dense" || s.options_.sparse_phases == attention::SparsePhases::DecodeOnly;
   }
   void copy_prefix(BackendSequence& to, const BackendSequence& from) override;
+
+  int64_t kv_tokens_total() const override { return pool_->usable_pages() * options_.page_size; }
+  int64_t kv_tokens_free() const override { return pool_->free_pages() * options_.page_size; }
+  int64_t kv_tokens_for(int64_t capacity) const override {
+    return (capacity + options_.page_size - 1) / options_.page_size * options_.page_size;
+  }
+  void limit_kv_tokens(int64_t tokens) override { pool_->limit(tokens / options_.page_size); }
+  bool supports_chunked_prefill() const override { return false; }  // one pass from position 0
+  std::string decode_group(const BackendSequence& sequence) const override {
+    return static_cast<const CudaSequence&>(sequence).plan_;
+  }
+  int64_t max_decode_batch() const override { return options_.max_batch; }
 
   KvPool& pool() { return *pool_; }
 

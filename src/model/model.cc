@@ -3,6 +3,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -85,6 +87,21 @@ void read_gemma3_config(const gguf::File& file, Config& config) {
     config.local_rope = config.rope;
     config.local_rope.inverse_frequencies = inverse_frequencies(config.rope.rope_dim, local_base, 1.0, {});
   }
+}
+
+// Rows per weight product of a batched decode step: below the sgemm path,
+// whose results depend on the rows around them (ops/matmul.h).
+constexpr int64_t kDecodeRowsPerProduct = ops::kGemmMinTokens - 1;
+
+// Grows `a` to hold n rows of every activation.
+void reserve_rows(Activations& a, const Config& c, int64_t n) {
+  if (a.tokens >= n) return;
+  const int64_t D = c.d_model, q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+  for (auto [buffer, width] : {std::pair{&a.x, D}, {&a.normed, D}, {&a.projected, D}, {&a.q, q_dim},
+                               {&a.attended, q_dim}, {&a.k, kv_dim}, {&a.v, kv_dim}, {&a.gate, int64_t(c.ffn_dim)},
+                               {&a.up, int64_t(c.ffn_dim)}})
+    buffer->resize(size_t(n * width));
+  a.tokens = n;
 }
 
 }  // namespace
@@ -271,13 +288,7 @@ void Model::forward(Sequence& seq, std::span<const int32_t> tokens, int64_t n_lo
 
   const int64_t D = c.d_model, q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
   Activations& a = seq.activations;
-  if (a.tokens < n) {
-    for (auto [buffer, width] : {std::pair{&a.x, D}, {&a.normed, D}, {&a.projected, D}, {&a.q, q_dim},
-                                 {&a.attended, q_dim}, {&a.k, kv_dim}, {&a.v, kv_dim}, {&a.gate, int64_t(c.ffn_dim)},
-                                 {&a.up, int64_t(c.ffn_dim)}})
-      buffer->resize(size_t(n * width));
-    a.tokens = n;
-  }
+  reserve_rows(a, c, n);
   float *x = a.x.data(), *normed = a.normed.data(), *projected = a.projected.data();
   float *q = a.q.data(), *k = a.k.data(), *v = a.v.data(), *attended = a.attended.data();
   float *gate = a.gate.data(), *up = a.up.data();
@@ -350,6 +361,135 @@ void Model::forward(Sequence& seq, std::span<const int32_t> tokens, int64_t n_lo
   seq.time.matmul_seconds += matmul_seconds;
   seq.time.attention_seconds += attention_seconds;
   seq.time.total_seconds += total_clock.seconds();
+}
+
+
+void Model::decode(std::span<Sequence* const> seqs, std::span<const int32_t> tokens, float* logits,
+                   Activations& scratch) const {
+  const Config& c = config_;
+  const int64_t n = int64_t(seqs.size());
+  if (n == 0) return;
+  if (int64_t(tokens.size()) != n) fail("decode: {} sequences but {} tokens", n, tokens.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const Sequence& seq = *seqs[size_t(i)];
+    if (seq.n_past + 1 > seq.cache.capacity())
+      fail("{} tokens exceed the context of {} positions", seq.n_past + 1, seq.cache.capacity());
+    for (int64_t j = 0; j < i; ++j)
+      if (seqs[size_t(j)] == seqs[size_t(i)]) fail("decode: a sequence appears twice in one step");
+    const int32_t token = tokens[size_t(i)];
+    if (token < 0 || token >= c.vocab_size) fail("token id {} is outside the vocabulary of {}", token, c.vocab_size);
+  }
+
+  Stopwatch total_clock;
+  double matmul_seconds = 0;
+  std::vector<double> attention_seconds(size_t(n), 0.0);
+  // Products on all rows, in groups below the sgemm path, split evenly.
+  auto project = [&](const ops::Weight& w, const float* in, float* out) {
+    Stopwatch clock;
+    const int64_t groups = (n + kDecodeRowsPerProduct - 1) / kDecodeRowsPerProduct;
+    for (int64_t g = 0, first = 0; g < groups; ++g) {
+      const int64_t rows = (n - first) / (groups - g);
+      ops::matmul(w, in + first * w.cols, rows, out + first * w.rows);
+      first += rows;
+    }
+    matmul_seconds += clock.seconds();
+  };
+
+  const int64_t D = c.d_model, q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+  Activations& a = scratch;
+  reserve_rows(a, c, n);
+  float *x = a.x.data(), *normed = a.normed.data(), *projected = a.projected.data();
+  float *q = a.q.data(), *k = a.k.data(), *v = a.v.data(), *attended = a.attended.data();
+  float *gate = a.gate.data(), *up = a.up.data();
+
+  for (int64_t t = 0; t < n; ++t) ops::dequantize_weight_row(weights_.token_embedding, tokens[size_t(t)], x + t * D);
+  if (c.embedding_scale != 1.0f) ops::scale(x, c.embedding_scale, n * D);
+
+  // Attention of one sequence at one layer.
+  auto attend = [&](int64_t i, int l, bool local, int index) {
+    Sequence& seq = *seqs[size_t(i)];
+    attention::Step step;
+    step.layer = index;
+    step.phase = seq.n_past > 0 ? attention::Phase::Decode : attention::Phase::Prefill;
+    step.queries = q + i * q_dim;
+    step.n_queries = 1;
+    step.first_position = seq.n_past;
+    step.cache = seq.cache.layer(l);
+    step.output = attended + i * q_dim;
+    Stopwatch clock;
+    (local ? seq.local_attention : seq.attention)->forward(step);
+    attention_seconds[size_t(i)] += clock.seconds();
+  };
+  // With at least two sequences per thread, the sequences go to threads
+  // (each strategy's own parallel loops then run on one thread: the results
+  // do not depend on the thread count); fewer, each uses every thread.
+  const bool across_sequences = n >= 2 * int64_t(std::max(1, omp_get_max_threads()));
+
+  int local_index = 0, global_index = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = weights_.layers[size_t(l)];
+    const bool local = c.is_local_layer(l);
+    const int index = local ? local_index++ : global_index++;
+    ops::rms_norm(x, w.attn_norm.data(), normed, n, D, c.rms_epsilon);
+    project(w.q, normed, q);
+    project(w.k, normed, k);
+    project(w.v, normed, v);
+    if (!w.q_bias.empty()) {
+      ops::add_bias(q, w.q_bias.data(), n, q_dim);
+      ops::add_bias(k, w.k_bias.data(), n, kv_dim);
+      ops::add_bias(v, w.v_bias.data(), n, kv_dim);
+    }
+    if (!w.q_norm.empty()) {
+      ops::rms_norm(q, w.q_norm.data(), q, n * c.n_heads, c.head_dim, c.rms_epsilon);
+      ops::rms_norm(k, w.k_norm.data(), k, n * c.n_kv_heads, c.head_dim, c.rms_epsilon);
+    }
+    const ops::Rope& rope = local ? c.local_rope : c.rope;
+    for (int64_t i = 0; i < n; ++i) {
+      Sequence& seq = *seqs[size_t(i)];
+      rope.apply(q + i * q_dim, 1, seq.n_past, c.n_heads, c.head_dim);
+      rope.apply(k + i * kv_dim, 1, seq.n_past, c.n_kv_heads, c.head_dim);
+    }
+    if (c.query_scale != 1.0f) ops::scale(q, c.query_scale, n * q_dim);
+    for (int64_t i = 0; i < n; ++i) seqs[size_t(i)]->cache.write(l, seqs[size_t(i)]->n_past, 1, k + i * kv_dim, v + i * kv_dim);
+
+    if (across_sequences) {
+#pragma omp parallel for schedule(dynamic, 1)
+      for (int64_t i = 0; i < n; ++i) attend(i, l, local, index);
+    } else {
+      for (int64_t i = 0; i < n; ++i) attend(i, l, local, index);
+    }
+
+    project(w.o, attended, projected);
+    if (!w.post_attention_norm.empty())
+      ops::rms_norm(projected, w.post_attention_norm.data(), projected, n, D, c.rms_epsilon);
+    ops::add_in_place(x, projected, n * D);
+
+    ops::rms_norm(x, w.ffn_norm.data(), normed, n, D, c.rms_epsilon);
+    project(w.gate, normed, gate);
+    project(w.up, normed, up);
+    if (c.feed_forward == FeedForward::GeluTanhGlu)
+      ops::gelu_tanh_multiply(gate, up, n * c.ffn_dim);
+    else
+      ops::silu_multiply(gate, up, n * c.ffn_dim);
+    project(w.down, gate, projected);
+    if (!w.post_ffn_norm.empty())
+      ops::rms_norm(projected, w.post_ffn_norm.data(), projected, n, D, c.rms_epsilon);
+    ops::add_in_place(x, projected, n * D);
+  }
+  for (Sequence* seq : seqs) ++seq->n_past;
+
+  ops::rms_norm(x, weights_.output_norm.data(), normed, n, D, c.rms_epsilon);
+  project(weights_.output, normed, logits);
+  if (c.final_logit_softcap > 0) ops::soft_cap(logits, c.final_logit_softcap, n * c.vocab_size);
+
+  // Each sequence books its share of the products and its own attention.
+  const double total = total_clock.seconds();
+  for (int64_t i = 0; i < n; ++i) {
+    TimeSplit& time = seqs[size_t(i)]->time;
+    time.matmul_seconds += matmul_seconds / double(n);
+    time.attention_seconds += attention_seconds[size_t(i)];
+    time.total_seconds += total / double(n);
+  }
 }
 
 std::vector<float> Model::prefill(Sequence& seq, std::span<const int32_t> tokens,

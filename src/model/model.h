@@ -166,6 +166,18 @@ class Model {
   void forward(Sequence& seq, std::span<const int32_t> tokens, int64_t n_logits, float* logits,
                ForwardObserver* observer = nullptr) const;
 
+  // One decode step of several sequences together: tokens[i] goes to
+  // seqs[i] at its next position. The weight products run on all n tokens at
+  // once ([n][width] activations in `scratch`, which grows and is reused),
+  // so each weight byte is read once per step rather than once per sequence;
+  // RoPE, the cache write and attention run per sequence with its own cache
+  // and strategy. Writes logits [n][vocab]. Each sequence gets exactly the
+  // numbers forward() would give it alone: the products go in groups of
+  // fewer than ops::kGemmMinTokens rows, whose per-token matrix-vector path
+  // does not depend on the other rows.
+  void decode(std::span<Sequence* const> seqs, std::span<const int32_t> tokens, float* logits,
+              Activations& scratch) const;
+
   // Prefill in chunks (aligned to the strategy's tile), calling `progress`
   // with tokens done after each chunk; returns the last token's logits.
   std::vector<float> prefill(Sequence& seq, std::span<const int32_t> tokens,
