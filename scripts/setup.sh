@@ -14,6 +14,7 @@ readonly PACKAGES=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libcpp-httplib-dev libpng-dev
   libgtest-dev libbenchmark-dev       # tests and benchmarks
   python3 python3-pip ca-certificates # model download (pip) over https
+  python3-venv pkg-config             # the server tests' venv (openai client); finding cpp-httplib
   coreutils                           # sha256sum
   bible-kjv-text                      # long public-domain text for prompts and evaluation
 )

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (what .ci/run calls): setup (packages, model, Release
-# build), the test suite, the CUDA build when nvcc is on PATH, the suite again
+# build), the test suite, the HTTP server's tests through the openai client
+# (a venv in build/server-venv), the CUDA build when nvcc is on PATH, the suite again
 # under AddressSanitizer and UndefinedBehaviorSanitizer, then each fuzz target
 # for a bounded time. Ends with a line 'N passed, N failed' (tests and fuzz
 # targets; a failed build counts as one failure) and exits non-zero if
@@ -87,6 +88,38 @@ build_cuda() {
   build-gpu/src/gpu/gpu_engine_test --gtest_brief=1 || { failed=$((failed + 1)); return 1; }
 }
 
+# The HTTP server through the real `openai` client (tests/server/test_server.py):
+# a venv with pinned openai and pytest in build/server-venv, made once and
+# reused; pytest's counts join the totals (a venv that cannot be made counts
+# as one failure).
+readonly SERVER_VENV=build/server-venv
+readonly SERVER_PYTHON_PACKAGES=(openai==3.57.0 pytest==9.2.0)
+server_tests() {
+  local python="$SERVER_VENV/bin/python" log="$log_dir/server-tests.log" status summary n
+  if ! "$python" -c 'import openai, pytest' 2>/dev/null; then
+    python3 -m venv "$SERVER_VENV" && "$python" -m pip install -q "${SERVER_PYTHON_PACKAGES[@]}" || {
+      echo "test: could not make $SERVER_VENV (pip install ${SERVER_PYTHON_PACKAGES[*]})" >&2
+      failed=$((failed + 1))
+      return 1
+    }
+  fi
+  timeout 900 "$python" -m pytest -q -p no:cacheprovider tests/server/test_server.py 2>&1 | tee "$log"
+  status=${PIPESTATUS[0]}
+  summary="$(grep -E '[0-9]+ (passed|failed|skipped|errors?)' "$log" | tail -n 1)"
+  if [[ -z "$summary" ]]; then
+    echo "test: the server tests reported no results" >&2
+    failed=$((failed + 1))
+    return 1
+  fi
+  local passed_here=0 failed_here=0
+  for n in $(grep -oE '[0-9]+ passed' <<<"$summary" | cut -d' ' -f1); do passed_here=$((passed_here + n)); done
+  for n in $(grep -oE '[0-9]+ (failed|errors?)' <<<"$summary" | cut -d' ' -f1); do failed_here=$((failed_here + n)); done
+  passed=$((passed + passed_here))
+  failed=$((failed + failed_here))
+  if ((status != 0 && status != 5 && failed_here == 0)); then failed=$((failed + 1)); fi  # 5: all skipped
+  ((failed_here == 0))
+}
+
 fuzz_targets=()
 build_fuzzers() {
   local source
@@ -128,6 +161,7 @@ if ! timed "setup and Release build" bash scripts/setup.sh; then
   finish
 fi
 timed "tests (build/)" run_ctest build
+timed "server tests (openai client)" server_tests
 
 if [[ "${KASCADE_SKIP_CUDA:-0}" == 1 ]]; then
   echo "test: KASCADE_SKIP_CUDA=1: skipping the CUDA build"

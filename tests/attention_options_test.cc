@@ -166,6 +166,34 @@ TEST(AttentionOptions, ProfileJsonRoundTripAndErrors) {
   EXPECT_NE(load_error(json.dump(), Shape{8, 9, 3, 64}).find("made for 6 layers"),
             std::string::npos);
   EXPECT_NE(load_error(out_of_range.dump()).find(path), std::string::npos);  // names the file
+  // Integers are exact: a fraction or a value outside the field's type is an
+  // error naming the field, never a truncated or wrapped number.
+  const auto expect_refused = [&](const std::string& text, const std::string& fragment) {
+    const std::string error = load_error(text);
+    EXPECT_NE(error.find(fragment), std::string::npos) << "'" << fragment << "' not in: " << error;
+  };
+  nlohmann::json fraction = json;
+  fraction["head_map"][3][0] = 1.5;
+  expect_refused(fraction.dump(), "profile.head_map[3][0] must be a whole number, got 1.5");
+  nlohmann::json whole_float = json;
+  whole_float["anchors"][1] = 2.0;
+  expect_refused(whole_float.dump(), "profile.anchors[1] must be a whole number");
+  nlohmann::json wrapped = json;
+  wrapped["anchors"][1] = 4294967298u;  // 2^32 + 2: 2 once cut to 32 bits
+  expect_refused(wrapped.dump(), "profile.anchors[1] = 4294967298 is outside");
+  nlohmann::json layers = json;
+  layers["model"]["n_layers"] = 4294967302u;  // 2^32 + 6
+  expect_refused(layers.dump(), "model.n_layers = 4294967302 is outside");
+  nlohmann::json negative_seed = json;
+  negative_seed["calibration"]["seed"] = -1;
+  expect_refused(negative_seed.dump(), "calibration.seed = -1 is outside");
+  expect_refused(R"({"model": {"architecture": "a", "name": "b", "n_layers": 1e300}})", "model.n_layers must be a whole number");
+  nlohmann::json not_array = json;
+  not_array["anchors"] = 3;
+  expect_refused(not_array.dump(), "profile.anchors has the wrong type");
+  nlohmann::json bad_calibration = json;
+  bad_calibration["calibration"] = "fast";
+  expect_refused(bad_calibration.dump(), "profile.calibration is not an object");
   std::remove(path.c_str());
   EXPECT_THROW(load_profile(temp_path("kascade_no_such_profile.json"), kShape), Error);
 }

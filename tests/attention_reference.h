@@ -661,7 +661,8 @@ class StreamingRef : public Reference {
       const int64_t n = step.first_position + q + 1, k = budget(n, percent_, min_k_);
       std::vector<int32_t> set;
       for (int64_t j = 0; j < n; ++j) {
-        const int64_t sinks = std::min(sinks_, k);
+        // Sinks take at most half the budget: the window keeps the query's own key.
+        const int64_t sinks = std::min(sinks_, fraction_ > 0 ? k : k / 2);
         const int64_t window = fraction_ > 0 ? int64_t(std::ceil(fraction_ * double(n))) : k - sinks;
         if (k >= n || j < sinks || j >= n - window) set.push_back(int32_t(j));
       }
@@ -824,7 +825,7 @@ class LessIsMoreRef : public SharedSetRef {
     const int64_t n = position + 1;
     const int64_t middle = int64_t(std::floor((1.0 - recent_fraction_) * double(k)));
     const int64_t recent = k - middle;
-    const int64_t sinks = recent >= sinks_ ? sinks_ : 0;
+    const int64_t sinks = recent > sinks_ ? sinks_ : 0;  // room left for the query's own key
     const int64_t lo = sinks, hi = n - (recent - sinks);
     std::set<int32_t> chosen;
     for (int64_t j = 0; j < sinks; ++j) chosen.insert(int32_t(j));

@@ -9,6 +9,8 @@
 
 #include <random>
 
+#include <fmt/format.h>
+
 #include "attention/strategies.h"
 #include "attention_reference.h"
 
@@ -188,6 +190,30 @@ TEST(AttentionStrategies, StreamingMatchesReference) {
     auto wide = make_strategy(o, c.shape);
     reference::StreamingRef wide_ref(10, 8, 4, 0.3);
     run(*wide, wide_ref, c, 6, std::string("streaming 30% ") + c.label);
+  }
+}
+
+// More sinks than the budget (--sinks 500 at a budget of 8..41 keys) used to
+// leave no recent window: a query did not see itself and the model printed
+// newlines. The sinks now take at most half the budget; the window the rest.
+TEST(AttentionStrategies, StreamingKeepsARecentWindowWhateverTheSinks) {
+  for (const Case& c : {cases()[1], cases()[6]}) {
+    for (const int64_t sinks : {int64_t(5), int64_t(40), int64_t(500)}) {
+      StrategyOptions o = options("streaming", c);
+      o.sink_tokens = sinks;
+      auto fast = make_strategy(o, c.shape);
+      reference::StreamingRef ref(10, 8, sinks, 0);
+      run(*fast, ref, c, 6, fmt::format("streaming {} sinks {}", sinks, c.label));
+      // The reference's sets, checked directly: each holds the query's own key.
+      const Problem p = reference::make_problem(c.shape, c.n, c.type, 6, 2.0, 0);
+      for (const int64_t position : {int64_t(20), c.n / 2, c.n - 1}) {
+        std::vector<std::vector<int32_t>> keys(size_t(c.shape.n_heads));
+        Stats unused;
+        ref.expected(p, {.n_queries = 1, .first_position = position}, *fast, keys, unused);
+        for (const std::vector<int32_t>& set : keys)
+          ASSERT_TRUE(!set.empty() && set.back() == position) << "position " << position << " sinks " << sinks;
+      }
+    }
   }
 }
 

@@ -237,7 +237,7 @@ TEST_F(CliErrors, NotAGgufFile) {
   expect_error(run({"generate", "-m", path("random.gguf"), "-p", "hi"}), {path("random.gguf"), "not a GGUF file"});
   expect_error(run({"info", path("random.gguf")}), {path("random.gguf"), "not a GGUF file"});
   expect_error(run({"generate", "-m", path("empty.gguf"), "-p", "hi"}), {path("empty.gguf")});
-  expect_error(run({"generate", "-m", dir_.string(), "-p", "hi"}), {dir_.string(), "not a regular file"});
+  expect_error(run({"generate", "-m", dir_.string(), "-p", "hi"}), {dir_.string(), "Is a directory"});
 }
 
 // Cut in the metadata, in the tensor table and in the tensor data.

@@ -1,7 +1,9 @@
 // Tests for the core helpers: memory counters, stopwatch, progress bar, the
-// model cache location, whole-file reads.
+// model cache location, whole-file reads, and output checks and writes.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <chrono>
 #include <vector>
 
 #include "core/error.h"
@@ -206,7 +209,7 @@ std::string read_error(const std::string& path) {
 TEST(ReadFile, NamesTheFileAndTheReason) {
   const std::string missing = testing::TempDir() + "/core_test_no_such_file";
   EXPECT_EQ(read_error(missing), "cannot read prompt file '" + missing + "': No such file or directory");
-  // fopen accepts a directory; the read fails.
+  // A directory is refused by type.
   EXPECT_EQ(read_error(testing::TempDir()), "cannot read prompt file '" + testing::TempDir() + "': Is a directory");
 }
 
@@ -245,6 +248,159 @@ TEST(WriteFile, FailureKeepsWhatWasThereAndLeavesNoTemporary) {
   for (const auto& entry : std::filesystem::directory_iterator(dir)) entries += entry.exists();
   EXPECT_EQ(entries, 1) << "a temporary file was left behind";
   std::filesystem::remove_all(dir);
+}
+
+// A scratch directory per test, removed afterwards.
+class FileIo : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(testing::TempDir()) /
+           ("core_test_file_io_" + std::string(testing::UnitTest::GetInstance()->current_test_info()->name()) + "." +
+            std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code error;
+    std::filesystem::permissions(dir_ / "read_only", std::filesystem::perms::owner_all, error);
+    std::filesystem::remove_all(dir_);
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  size_t entries(const std::filesystem::path& dir) const {
+    return size_t(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()));
+  }
+
+  std::filesystem::path dir_;
+};
+
+std::string error_of(const auto& action) {
+  try {
+    action();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "(no error)";
+}
+
+// A FIFO would block the open until a writer came, /dev/zero would never
+// end: both are refused at once, by type, before anything is read.
+TEST_F(FileIo, InputsMustBeRegularFiles) {
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(error_of([&] { read_file(path("fifo"), "prompt file"); }),
+            "cannot read prompt file '" + path("fifo") + "': not a regular file (a FIFO)");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(error_of([&] { read_file("/dev/zero", "haystack"); }),
+            "cannot read haystack '/dev/zero': not a regular file (a character device)");
+  const InputFile fifo = open_input_file(path("fifo"));
+  EXPECT_FALSE(fifo.is_open());
+  EXPECT_EQ(open_input_file(dir_.string()).error(), "Is a directory");
+  std::ofstream(path("file")) << "12345";
+  const InputFile file = open_input_file(path("file"));
+  ASSERT_TRUE(file.is_open()) << file.error();
+  EXPECT_EQ(file.size(), 5u);
+}
+
+TEST_F(FileIo, ReadsStopAtTheLimit) {
+  std::ofstream(path("file")) << "12345";
+  EXPECT_EQ(read_file_up_to(path("file"), "prompt file", 5), "12345");
+  EXPECT_EQ(read_file_up_to(path("file"), "prompt file", 4), std::nullopt);
+  const int zero = ::open("/dev/zero", O_RDONLY);
+  ASSERT_GE(zero, 0);
+  EXPECT_EQ(read_stream_up_to(zero, "standard input", 100000), std::nullopt);  // endless, yet it returns
+  ::close(zero);
+  const int empty = ::open("/dev/null", O_RDONLY);
+  EXPECT_EQ(read_stream_up_to(empty, "standard input", 10), "");
+  ::close(empty);
+}
+
+TEST_F(FileIo, OutputFileChecks) {
+  EXPECT_NE(error_of([&] { check_output_file("/dev/full", "--stats"); }).find("is not a regular file"),
+            std::string::npos);
+  // The longest name the file system takes works (its temporary has a short
+  // name of its own); one byte more fails before any work.
+  const std::string longest = path(std::string(255, 'p'));
+  EXPECT_NO_THROW(check_output_file(longest, "--out"));
+  write_file(longest, "ok", "profile");
+  EXPECT_EQ(read_file(longest, "profile"), "ok");
+  EXPECT_NE(error_of([&] { check_output_file(path(std::string(256, 'p')), "--out"); }).find("256 bytes long"),
+            std::string::npos);
+  std::ofstream(path("model.gguf")) << "weights";
+  std::filesystem::create_symlink(path("model.gguf"), path("link.json"));
+  EXPECT_NE(error_of([&] { check_output_file(path("link.json"), "--out", {path("model.gguf")}); })
+                .find("is the input file"),
+            std::string::npos);
+  EXPECT_EQ(entries(dir_), 3u) << "a check left a file behind";
+}
+
+TEST_F(FileIo, OutputDirectoryChecksCreateNothing) {
+  std::filesystem::create_directories(dir_ / "models");
+  std::ofstream(path("models/model.gguf")) << "weights";
+  // A directory holding an input, at any depth, or an input itself.
+  EXPECT_NE(error_of([&] { check_output_dir(path("models"), "--out", {path("models/model.gguf")}); })
+                .find("holds the input file"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { check_output_dir(dir_.string(), "--out", {path("models/model.gguf")}); })
+                .find("holds the input file"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { check_output_dir(path("models/model.gguf"), "--out"); }).find("not a directory"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { check_output_dir(path("models/model.gguf/out"), "--out"); }).find("Not a directory"),
+            std::string::npos);
+  EXPECT_NO_THROW(check_output_dir(path("new/deeper/out"), "--out", {path("models/model.gguf")}));
+  EXPECT_NO_THROW(check_output_dir(path("models"), "--out", {path("elsewhere.gguf")}));
+  EXPECT_EQ(entries(dir_), 1u) << "a check created something";
+  if (geteuid() != 0) {  // root writes anywhere
+    std::filesystem::create_directories(dir_ / "read_only");
+    std::filesystem::permissions(dir_ / "read_only", std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    EXPECT_NE(error_of([&] { check_output_dir(path("read_only"), "--out"); }).find("not writable"), std::string::npos);
+    EXPECT_NE(error_of([&] { check_output_dir(path("read_only/new"), "--out"); }).find("not writable"),
+              std::string::npos);
+  }
+}
+
+// Outputs appear together or not at all: a failure on the last leaves the
+// earlier ones as they were and no temporary or directory behind.
+TEST_F(FileIo, OutputSetIsAllOrNothing) {
+  std::ofstream(path("profile.json")) << "old profile";
+  std::filesystem::create_directories(dir_ / "plots" / "b.png");  // a directory where a file goes
+  {
+    OutputSet outputs;
+    outputs.write_file(path("profile.json"), "new profile", "profile");
+    const std::string staging = outputs.stage_directory(path("plots"), "pictures");
+    write_file(staging + "/a.png", "a", "PNG");
+    write_file(staging + "/b.png", "b", "PNG");
+    EXPECT_NE(error_of([&] { outputs.commit(); }).find("b.png"), std::string::npos);
+  }
+  EXPECT_EQ(read_file(path("profile.json"), "profile"), "old profile");
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "plots" / "a.png"));
+  EXPECT_EQ(entries(dir_), 2u);
+  EXPECT_EQ(entries(dir_ / "plots"), 1u);
+
+  // A failed write: nothing committed, no directory made.
+  {
+    OutputSet outputs;
+    const std::string staging = outputs.stage_directory(path("new/deeper/out"), "results");
+    write_file(staging + "/results.csv", "rows", "results");
+    EXPECT_THROW(outputs.write_file(path("missing/stats.json"), "x", "statistics"), Error);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "new"));
+
+  // Success: a new directory with its parents, files into an existing one.
+  std::filesystem::remove_all(dir_ / "plots" / "b.png");
+  {
+    OutputSet outputs;
+    outputs.write_file(path("profile.json"), "new profile", "profile");
+    write_file(outputs.stage_directory(path("plots"), "pictures") + "/a.png", "a", "PNG");
+    write_file(outputs.stage_directory(path("new/deeper/out"), "results") + "/results.csv", "rows", "results");
+    outputs.commit();
+  }
+  EXPECT_EQ(read_file(path("profile.json"), "profile"), "new profile");
+  EXPECT_EQ(read_file(path("plots/a.png"), "PNG"), "a");
+  EXPECT_EQ(read_file(path("new/deeper/out/results.csv"), "results"), "rows");
+  EXPECT_EQ(entries(dir_), 3u);
+  EXPECT_EQ(entries(dir_ / "plots"), 1u);
+  EXPECT_EQ(entries(dir_ / "new" / "deeper"), 1u);
 }
 
 }  // namespace

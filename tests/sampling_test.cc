@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <set>
@@ -344,11 +345,70 @@ TEST(Sampler, RejectsBadOptions) {
                                          .repetition_penalty = 0.5f, .repetition_window = 0}));
 }
 
+// Options at the edges of float's range used to overflow the scaled logits to
+// -inf or NaN, and a NaN became an array index in top-p's binning (SIGSEGV).
+// Every finite option must give a token of the vocabulary; a temperature that
+// tiny is greedy, one that huge is close to uniform.
+TEST(Sampler, AnyFiniteOptionsGiveAValidDraw) {
+  const float big = std::numeric_limits<float>::max();
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  std::vector<std::vector<float>> rows = {random_logits(500, 11, 30.0f), random_logits(500, 12, 1e30f)};
+  rows.push_back(random_logits(500, 13, 5.0f));
+  rows.back()[17] = big;  // the extremes of the range
+  rows.back()[18] = -big;
+  const std::vector<int32_t> history = {1, 2, 3, 17, 18, 40, 41, 42};
+  for (const float temperature : {tiny, 1e-38f, 1e-37f, 1e-30f, 0.1f, 1.0f, 1e30f, 3e38f, big}) {
+    for (const float penalty : {tiny, 1e-38f, 1.0f, 1e37f, big}) {
+      for (const int32_t top_k : {0, 1, 40}) {
+        for (const float top_p : {tiny, 0.5f, 0.95f, 1.0f}) {
+          for (const float min_p : {0.0f, tiny, 0.05f, 1.0f}) {
+            SamplerOptions options{.temperature = temperature, .top_k = top_k, .top_p = top_p, .min_p = min_p,
+                                   .repetition_penalty = penalty, .repetition_window = 64, .seed = 5};
+            Sampler sampler(options);
+            for (const int32_t token : history) sampler.accept(token);
+            for (const std::vector<float>& row : rows) {
+              for (int draw = 0; draw < 3; ++draw) {
+                const int32_t token = sampler.sample(row);
+                ASSERT_TRUE(token >= 0 && token < int32_t(row.size()))
+                    << "temperature " << temperature << " penalty " << penalty << " top-k " << top_k << " top-p "
+                    << top_p << " min-p " << min_p << ": token " << token;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  // The CLI's crashing cases, on a wide row: a tiny temperature is greedy.
+  std::vector<float> row = random_logits(49152, 21, 40.0f);
+  const auto best = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
+  row[size_t(best)] += 1.0f;  // no tie at the top
+  for (const float temperature : {1e-38f, 1e-37f, tiny}) {
+    Sampler sampler({.temperature = temperature, .top_k = 0, .top_p = 0.95f, .min_p = 0.05f,
+                     .repetition_penalty = 1.0f, .repetition_window = 64, .seed = 1});
+    for (int draw = 0; draw < 20; ++draw) ASSERT_EQ(sampler.sample(row), best) << temperature;
+  }
+  SamplerOptions penalised{.temperature = 0.1f, .top_k = 0, .top_p = 0.95f, .min_p = 0.05f,
+                           .repetition_penalty = 1e37f, .repetition_window = 64, .seed = 1};
+  Sampler sampler(penalised);
+  for (int32_t token = 0; token < 64; ++token) sampler.accept(token);
+  for (int draw = 0; draw < 20; ++draw) {
+    const int32_t token = sampler.sample(row);
+    ASSERT_TRUE(token >= 0 && token < int32_t(row.size())) << token;
+  }
+}
+
 TEST(Sampler, RejectsBadLogitsAndHistory) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   Sampler sampler(plain(1.0f));
   expect_error_mentioning([&] { sampler.sample(std::vector<float>{0.0f, nan}); }, "token 1");
+  // NaN and inf are the model's error, at the position whose logits they are.
+  for (const int32_t token : {5, 6, 7}) sampler.accept(token);
+  expect_error_mentioning([&] { sampler.sample(std::vector<float>{0.0f, nan}); },
+                          "the model produced non-finite logits at position 2");
+  expect_error_mentioning([&] { sampler.sample(std::vector<float>{inf, 0.0f}); }, "non-finite logits");
+  sampler.reset();
   expect_error_mentioning([&] { sampler.sample(std::vector<float>{inf, 0.0f}); }, "token 0");
   expect_error_mentioning([&] { sampler.sample(std::vector<float>{-inf, -inf}); }, "-inf");
   expect_error_mentioning([&] { sampler.sample(std::vector<float>{}); }, "empty");

@@ -75,13 +75,16 @@ class StreamingStrategy final : public Strategy {
   }
 
  private:
-  // Sinks then the most recent keys of a query that sees n keys.
+  // Sinks then the most recent keys of a query that sees n keys. The sinks
+  // take at most half the budget, so the recent window always holds the
+  // query's own key and at least half the budget, whatever --sinks says (500
+  // sinks at a budget of 128 would otherwise leave no window at all).
   void keep(int64_t n, std::vector<int32_t>& keys) const {
     const int64_t kept = step_budget(options_, n);
     keys.clear();
     int64_t sinks = n, window = 0;
     if (kept < n) {
-      sinks = std::min(options_.sink_tokens, kept);
+      sinks = std::min(options_.sink_tokens, options_.window_fraction > 0 ? kept : kept / 2);
       window = options_.window_fraction > 0
                    ? std::min(n - sinks, int64_t(std::ceil(options_.window_fraction * double(n))))
                    : kept - sinks;
@@ -350,7 +353,8 @@ class LessIsMoreStrategy final : public SharedSetStrategy {
     // Budget split: middle share by rank, then sinks + the most recent keys.
     const int64_t middle = int64_t(std::floor((1.0 - options_.recent_fraction) * double(kept)));
     const int64_t recent = kept - middle;
-    const int64_t sinks = recent >= options_.sink_tokens ? options_.sink_tokens : 0;
+    // Sinks only when the recent share has room for them and for the query's own key.
+    const int64_t sinks = recent > options_.sink_tokens ? options_.sink_tokens : 0;
     const int64_t window = recent - sinks;
     const int64_t lo = sinks, hi = n - window;  // middle candidates [lo, hi)
     std::vector<char> taken(size_t(n), 0);

@@ -70,13 +70,6 @@ std::pair<int, int> parse_anchor_range(const std::string& text) {
           parse_count(std::string_view(text).substr(dots + 2), text)};
 }
 
-void check_output_dir(const std::string& dir, const std::string& flag) {
-  std::error_code error;
-  fs::create_directories(dir, error);
-  if (error || !fs::is_directory(dir)) fail("{} '{}': cannot create the directory", flag, dir);
-  if (access(dir.c_str(), W_OK) != 0) fail("{} '{}' is not writable", flag, dir);
-}
-
 void print_summary(const calibration::CalibrationResult& result, int chosen) {
   fmt::print("anchors  normalized score  anchor layers\n");
   for (const calibration::AnchorSolution& s : result.solutions)
@@ -100,12 +93,14 @@ void run_calibrate(const CalibrateArgs& args) {
   check_output_file(args.out, "--out", {args.model, args.dev_set});
   if (!args.stats.empty()) check_output_file(args.stats, "--stats", {args.model, args.dev_set, args.out});
   if (!args.stats.empty() && args.stats == args.out) fail("--stats and --out name the same file '{}'", args.out);
-  if (!args.plots.empty()) check_output_dir(args.plots, "--plots");
+  if (!args.plots.empty()) check_output_dir(args.plots, "--plots", {args.model, args.dev_set});
   if (args.prompts < 0) fail("--prompts must not be negative, got {}", args.prompts);
   if (args.max_tokens < 0) fail("--max-tokens must not be negative, got {}", args.max_tokens);
   ops::configure_threads(args.threads);
 
-  std::vector<calibration::DevDocument> documents = calibration::load_dev_set(args.dev_set);
+  // Read once: the fingerprint written at the end is of what was calibrated on.
+  const std::string dev_set_text = read_file(args.dev_set, "dev set");
+  std::vector<calibration::DevDocument> documents = calibration::parse_dev_set(dev_set_text, args.dev_set);
   if (args.prompts > int64_t(documents.size()))
     fail("--prompts {} but dev set '{}' holds {} documents", args.prompts, args.dev_set, documents.size());
   if (args.prompts > 0) documents.resize(size_t(args.prompts));
@@ -149,13 +144,20 @@ void run_calibrate(const CalibrateArgs& args) {
   progress.reset();
 
   const calibration::DevSetInfo dev_set{args.dev_set == kBuiltinDevSet ? "builtin" : args.dev_set,
-                                        calibration::content_fingerprint(read_file(args.dev_set, "dev set")),
-                                        max_tokens};
-  kascade::save_profile(calibration::make_profile(result, options, args.choose, model, dev_set), args.out);
+                                        calibration::content_fingerprint(dev_set_text), max_tokens};
+  // All or nothing: every output is written in full before any is put in place.
+  OutputSet outputs;
+  outputs.write_file(args.out, kascade::profile_to_json(calibration::make_profile(result, options, args.choose, model,
+                                                                                    dev_set)).dump(2) + "\n",
+                     "profile");
   if (!args.stats.empty())
-    write_file(args.stats, calibration::statistics_json(result, options, args.choose, model, dev_set).dump(2) + "\n",
-               "statistics");
-  if (!args.plots.empty()) calibration::write_plots(result, options, args.choose, fs::path(args.model).stem().string(), args.plots);
+    outputs.write_file(args.stats,
+                       calibration::statistics_json(result, options, args.choose, model, dev_set).dump(2) + "\n",
+                       "statistics");
+  if (!args.plots.empty())
+    calibration::write_plots(result, options, args.choose, fs::path(args.model).stem().string(),
+                             outputs.stage_directory(args.plots, "pictures"));
+  outputs.commit();
 
   if (args.quiet) return;
   print_summary(result, args.choose);

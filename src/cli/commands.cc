@@ -3,13 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <iostream>
-#include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -51,26 +52,64 @@ struct GenerateArgs {
   bool quiet = false;
 };
 
-// The prompt text from exactly one source: --prompt, --prompt-file, --demo or standard input.
-std::string prompt_text(const GenerateArgs& args) {
+// A prompt longer than this many bytes per token of the context cannot fit
+// it (tokens average 3-5 bytes of text; the longest, runs of spaces or
+// dashes, stay well below), so reading stops there: a huge file or an
+// endless stdin is refused after context * 64 bytes, not read and tokenized whole.
+constexpr uint64_t kPromptBytesPerToken = 64;
+
+bool has_prompt_source(const GenerateArgs& args) {
   const int sources = int(!args.prompt.empty()) + int(!args.prompt_file.empty()) + int(args.demo);
   if (sources > 1) fail("give only one of --prompt, --prompt-file and --demo");
-  if (!args.prompt.empty()) return args.prompt;
-  if (!args.prompt_file.empty()) return read_file(args.prompt_file, "prompt file");
-  if (args.demo) return demo_prompt();
-  if (isatty(STDIN_FILENO)) fail("no prompt: give --prompt TEXT, --prompt-file FILE, --demo, or pipe text on stdin");
-  return std::string(std::istreambuf_iterator<char>(std::cin), {});
+  return sources == 1;
+}
+
+// The prompt text from exactly one source: --prompt, --prompt-file, --demo or
+// standard input, at most kPromptBytesPerToken bytes per token of `context`.
+std::string prompt_text(const GenerateArgs& args, int64_t context) {
+  const uint64_t max_bytes = uint64_t(context) * kPromptBytesPerToken;
+  const auto too_long = [&](std::string_view source) {
+    fail("{} is longer than {} bytes ({} bytes per token of the {}-token context): it cannot fit", source, max_bytes,
+         kPromptBytesPerToken, context);
+  };
+  std::optional<std::string> text;
+  if (!args.prompt.empty()) {
+    text = args.prompt;
+    if (text->size() > max_bytes) too_long("the --prompt text");
+  } else if (!args.prompt_file.empty()) {
+    text = read_file_up_to(args.prompt_file, "prompt file", max_bytes);
+    if (!text) too_long(fmt::format("prompt file '{}'", args.prompt_file));
+  } else if (args.demo) {
+    text = demo_prompt();
+  } else {
+    text = read_stream_up_to(STDIN_FILENO, "the prompt from standard input", max_bytes);
+    if (!text) too_long("the prompt on standard input");
+  }
+  // The same rule with or without the chat template.
+  if (text->empty()) fail("the prompt is empty");
+  return std::move(*text);
+}
+
+// Streamed text; a write that fails (a full disk, a closed stdout) ends the
+// run with an error instead of losing the text unnoticed.
+void write_stdout(std::string_view bytes) {
+  if (std::fwrite(bytes.data(), 1, bytes.size(), stdout) != bytes.size() || std::fflush(stdout) != 0)
+    fail("cannot write the generated text to standard output: {}", std::strerror(errno));
 }
 
 void run_generate(const GenerateArgs& args) {
   sampling::validate(args.sampling);
   ops::configure_threads(args.threads);
   if (args.kv_type != "f16" && args.kv_type != "f32") fail("--kv-type must be f16 or f32, got '{}'", args.kv_type);
-  const std::string text = prompt_text(args);
+  if (!has_prompt_source(args) && isatty(STDIN_FILENO))
+    fail("no prompt: give --prompt TEXT, --prompt-file FILE, --demo, or pipe text on stdin");
 
   const std::unique_ptr<engine::Backend> backend = engine::make_backend(args.device, args.model);
   const tokenizer::Tokenizer tokenizer(backend->file());
   const model::Config& config = backend->config();
+  if (args.context > config.context_length)
+    fail("--ctx {} exceeds the model's context of {} tokens", args.context, config.context_length);
+  const std::string text = prompt_text(args, args.context > 0 ? args.context : config.context_length);
 
   std::vector<int32_t> prompt;
   if (args.raw) {
@@ -80,13 +119,11 @@ void run_generate(const GenerateArgs& args) {
     std::vector<tokenizer::ChatMessage> messages;
     if (!args.system.empty()) messages.push_back({"system", args.system});
     messages.push_back({"user", text});
-    prompt = tokenizer.encode(chat.render(messages, /*add_generation_prompt=*/true),
-                              /*add_special_tokens=*/true, /*parse_special=*/true);
+    // The messages are text: a control token typed in them stays text.
+    prompt = chat.encode(tokenizer, messages, /*add_generation_prompt=*/true);
   }
   // The cache holds the prompt and room for at least one new token (--ctx, else the prompt and --max-tokens).
   const int64_t n_prompt = int64_t(prompt.size());
-  if (args.context > config.context_length)
-    fail("--ctx {} exceeds the model's context of {} tokens", args.context, config.context_length);
   if (args.context > 0 && n_prompt >= args.context)
     fail("prompt of {} tokens does not fit --ctx {}", n_prompt, args.context);
   if (args.context == 0 && (n_prompt >= config.context_length || args.max_tokens > config.context_length - n_prompt))
@@ -98,6 +135,10 @@ void run_generate(const GenerateArgs& args) {
   if (strategy_options.name == "kascade")
     strategy_options.profile =
         model::resolve_profile(args.profile, args.model, config, backend->file(), args.quiet);
+  if (!args.profile.empty() && strategy_options.name != "kascade")
+    fmt::print(stderr, "kascade: warning: --profile is read only by --attention kascade; ignored with --attention {}\n",
+               strategy_options.name);
+
   // One request through the scheduler the server uses (engine/scheduler.h).
   engine::Request request;
   request.prompt = prompt;
@@ -110,8 +151,7 @@ void run_generate(const GenerateArgs& args) {
   std::unique_ptr<ProgressBar> progress;
   bool line_open = false;  // streamed text ends mid-line
   request.on_text = [&](const std::string& piece) {
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);
+    write_stdout(piece);
     line_open = piece.back() != '\n';
   };
   request.on_prefill = [&](int64_t done, int64_t total) {
@@ -131,8 +171,7 @@ void run_generate(const GenerateArgs& args) {
     if (line_open) std::fputc('\n', stdout);  // so that the error, on a shared terminal, starts its own line
     fail("{}", result.error);
   }
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
+  write_stdout("\n");
   if (args.quiet) return;
   const double prefill_rate = double(result.prompt_tokens) / std::max(result.prefill_seconds, 1e-9);
   const double decode_rate =

@@ -17,6 +17,7 @@ void register_info(CLI::App& app);
 void register_calibrate(CLI::App& app);  // calibrate_command.cc
 void register_eval(CLI::App& app);       // eval_command.cc
 void register_synth(CLI::App& app);      // synth_command.cc
+void register_serve(CLI::App& app);      // serve_command.cc
 
 // --threads at most: libgomp crashes on absurd team sizes (100000 threads
 // segfault), and more threads than cores only slow the engine down.

@@ -2,6 +2,7 @@
 // perplexity of attention strategies on one model, printed as tables and
 // written as CSV, JSON, Markdown and PNG plots. Every flag and the output
 // directory are checked before the model runs.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,8 +60,13 @@ void run_eval_command(EvalArgs& args) {
   if (args.kv_type != "f16" && args.kv_type != "f32") fail("--kv-type must be f16 or f32, got '{}'", args.kv_type);
   options.kv_type = args.kv_type == "f16" ? attention::KvType::F16 : attention::KvType::F32;
   // Everything that needs no model first, so typos fail at once.
-  eval::plan_eval(options, INT64_MAX);
-  eval::prepare_output_dir(args.out);
+  const eval::EvalPlan request = eval::plan_eval(options, INT64_MAX);
+  // Nothing is created before the results exist; a directory holding an input is refused.
+  eval::prepare_output_dir(args.out, {args.model, args.haystack, args.profile});
+  if (!args.profile.empty() &&
+      std::none_of(request.strategies.begin(), request.strategies.end(),
+                   [](const eval::StrategySpec& spec) { return spec.options.name == "kascade"; }))
+    fmt::print(stderr, "kascade: warning: --profile is read only by kascade strategies, and --strategies lists none\n");
   const eval::Corpus corpus = eval::Corpus::load(args.haystack);
   ops::configure_threads(args.threads);
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <tuple>
 
@@ -230,16 +229,8 @@ Summary summarize(const EvalRun& run) {
   return summary;
 }
 
-void prepare_output_dir(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) fail("cannot create output directory '{}': {}", dir, ec.message());
-  const std::string probe = (std::filesystem::path(dir) / ".kascade-write-test").string();
-  {
-    std::ofstream out(probe);
-    if (!out || !(out << "ok") || !out.flush()) fail("output directory '{}' is not writable", dir);
-  }
-  std::filesystem::remove(probe, ec);
+void prepare_output_dir(const std::string& dir, std::initializer_list<std::string> inputs) {
+  check_output_dir(dir, "--out", inputs);
 }
 
 void print_tables(const EvalRun& run, const Summary& s, std::FILE* out) {
@@ -469,12 +460,16 @@ std::string markdown_report(const EvalRun& run, const Summary& s, const std::vec
 }
 
 void write_outputs(const EvalRun& run, const Summary& summary, const std::string& dir) {
-  auto path = [&](const std::string& name) { return (std::filesystem::path(dir) / name).string(); };
+  // Everything into a staging directory first; the files appear in `dir` only when all are written.
+  OutputSet outputs;
+  const std::string staging = outputs.stage_directory(dir, "results");
+  auto path = [&](const std::string& name) { return (std::filesystem::path(staging) / name).string(); };
   write_results_csv(run, path("results.csv"));
   write_summary_csv(summary, path("summary.csv"));
   write_file(path("results.json"), to_json(run, summary).dump(1) + "\n", "results");
-  const std::vector<std::string> plots = write_plots(run, summary, dir);
+  const std::vector<std::string> plots = write_plots(run, summary, staging);
   write_file(path("report.md"), markdown_report(run, summary, plots), "report");
+  outputs.commit();
 }
 
 }  // namespace kascade::eval

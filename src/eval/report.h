@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -48,9 +49,11 @@ struct Summary {
 
 Summary summarize(const EvalRun& run);
 
-// Creates the directory if needed and checks that a file can be written
-// there; throws Error naming it otherwise. Call before any work.
-void prepare_output_dir(const std::string& dir);
+// Checks, before any work, that the outputs can go to `dir` (created by
+// write_outputs when missing): check_output_dir's checks, which refuse a
+// directory that is or holds one of `inputs` (model, haystack, profile).
+// Throws Error naming the directory; creates nothing.
+void prepare_output_dir(const std::string& dir, std::initializer_list<std::string> inputs = {});
 
 void print_tables(const EvalRun& run, const Summary& summary, std::FILE* out);
 void write_results_csv(const EvalRun& run, const std::string& path);
@@ -63,6 +66,8 @@ std::vector<std::string> write_plots(const EvalRun& run, const Summary& summary,
 std::string markdown_report(const EvalRun& run, const Summary& summary, const std::vector<std::string>& plots);
 
 // All of the above into `dir`: results.csv, summary.csv, results.json, report.md, plots.
+// All or nothing: they are written in a staging directory and moved into
+// `dir` (created with its parents when missing) only when every one is written.
 void write_outputs(const EvalRun& run, const Summary& summary, const std::string& dir);
 
 }  // namespace kascade::eval

@@ -7,11 +7,13 @@
 #include "gguf/gguf.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -21,6 +23,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace kascade::gguf {
 namespace {
@@ -35,6 +38,20 @@ constexpr int kMaxArrayDepth = 8;         // bounds recursion on nested arrays
 // ~50 bytes); the largest real vocabularies need ~1.5M.
 constexpr uint64_t kMaxMetadataValues = uint64_t(1) << 24;
 constexpr size_t kMaxNameInMessage = 96;
+
+// Mapped files, for the SIGBUS report (report_truncated_files_on_sigbus): a
+// fixed table of atomics, which a signal handler may read.
+struct MappedRegion {
+  std::atomic<uintptr_t> base{0};
+  std::atomic<size_t> size{0};
+  std::atomic<const char*> message{nullptr};  // one line, '\n'-terminated
+  std::atomic<size_t> message_length{0};
+};
+constexpr int kMappedRegions = 64;
+MappedRegion g_mapped[kMappedRegions];
+
+void register_mapping(const void* base, size_t size, const std::string& path);
+void unregister_mapping(const void* base);
 
 // Smallest on-disk size of one key/value pair (key length, type, 1-byte value)
 // and one tensor info (name length, n_dims, type, offset): bounds the counts.
@@ -331,33 +348,75 @@ std::string to_string(const Value& value, size_t max_items) {
   return out;
 }
 
+namespace {
+
+void register_mapping(const void* base, size_t size, const std::string& path) {
+  const std::string line =
+      fmt::format("kascade: error: {}: the file was truncated while in use (it is memory-mapped)\n", printable(path));
+  char* message = new char[line.size()];
+  std::memcpy(message, line.data(), line.size());
+  for (MappedRegion& region : g_mapped) {
+    uintptr_t expected = 0;
+    if (region.base.compare_exchange_strong(expected, reinterpret_cast<uintptr_t>(base))) {
+      region.message_length.store(line.size());
+      region.message.store(message);
+      region.size.store(size);
+      return;
+    }
+  }
+  delete[] message;  // more files than slots: that one is not reported
+}
+
+void unregister_mapping(const void* base) {
+  for (MappedRegion& region : g_mapped)
+    if (region.base.load() == reinterpret_cast<uintptr_t>(base)) {
+      region.size.store(0);
+      delete[] region.message.exchange(nullptr);
+      region.base.store(0);
+      return;
+    }
+}
+
+void on_sigbus(int, siginfo_t* info, void*) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (const MappedRegion& region : g_mapped) {
+    const uintptr_t base = region.base.load();
+    if (base == 0 || address < base || address - base >= region.size.load()) continue;
+    if (const char* message = region.message.load()) {
+      [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, message, region.message_length.load());
+    }
+    ::_exit(1);
+  }
+  // Not a mapped file's page: the default action, when the access repeats.
+  ::signal(SIGBUS, SIG_DFL);
+}
+
+}  // namespace
+
+void report_truncated_files_on_sigbus() {
+  struct sigaction action {};
+  action.sa_sigaction = on_sigbus;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGBUS, &action, nullptr);
+}
+
 File File::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
-  struct stat status;
-  if (::fstat(fd, &status) != 0) {
-    const int error = errno;
-    ::close(fd);
-    fail("{}: cannot stat: {}", path, std::strerror(error));
-  }
-  if (!S_ISREG(status.st_mode)) {
-    ::close(fd);
-    fail("{}: not a regular file", path);
-  }
-  if (status.st_size == 0) {
-    ::close(fd);
-    fail("{}: empty file, not a GGUF file", path);
-  }
-  void* mapping = ::mmap(nullptr, size_t(status.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+  // Non-blocking, type checked before reading: a FIFO or device is refused, not waited on.
+  const InputFile input = open_input_file(path);
+  if (!input.is_open()) fail("{}: cannot open: {}", path, input.error());
+  if (input.size() == 0) fail("{}: empty file, not a GGUF file", path);
+  void* mapping = ::mmap(nullptr, size_t(input.size()), PROT_READ, MAP_PRIVATE, input.fd(), 0);
   const int map_error = errno;
-  ::close(fd);  // the mapping keeps the file open
   if (mapping == MAP_FAILED) fail("{}: cannot map: {}", path, std::strerror(map_error));
+  // (the mapping keeps the file open when `input` closes it)
 
   File file;
   file.path_ = path;
   file.mapping_ = mapping;
   file.bytes_ = static_cast<const uint8_t*>(mapping);
-  file.size_ = uint64_t(status.st_size);
+  file.size_ = input.size();
+  register_mapping(mapping, file.size_, path);
   file.parse_image(path);
   return file;
 }
@@ -376,7 +435,10 @@ File::File(File&& other) noexcept { *this = std::move(other); }
 
 File& File::operator=(File&& other) noexcept {
   if (this == &other) return *this;
-  if (mapping_ != nullptr) ::munmap(mapping_, size_t(size_));
+  if (mapping_ != nullptr) {
+    unregister_mapping(mapping_);
+    ::munmap(mapping_, size_t(size_));
+  }
   path_ = std::move(other.path_);
   version_ = other.version_;
   alignment_ = other.alignment_;
@@ -392,7 +454,10 @@ File& File::operator=(File&& other) noexcept {
 }
 
 File::~File() {
-  if (mapping_ != nullptr) ::munmap(mapping_, size_t(size_));
+  if (mapping_ != nullptr) {
+    unregister_mapping(mapping_);
+    ::munmap(mapping_, size_t(size_));
+  }
 }
 
 void File::parse_image(const std::string& label) {

@@ -105,6 +105,13 @@ class File {
   std::map<std::string, size_t> tensor_index_;
 };
 
+// A mapped file truncated while in use makes the next touch of a lost page
+// raise SIGBUS. For programs: installs a SIGBUS handler that, when the fault
+// lies in a File's mapping, writes one line "kascade: error: <path>: the file
+// was truncated while in use ..." to stderr and exits with status 1; any
+// other SIGBUS keeps the default action.
+void report_truncated_files_on_sigbus();
+
 // Human-readable rendering of a value (arrays abbreviated), for `kascade info`.
 std::string to_string(const Value& value, size_t max_items = 8);
 const char* value_type_name(ValueType type);

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace kascade::gguf {
 namespace {
@@ -164,7 +165,8 @@ File Writer::parse(const std::string& label) const {
 }
 
 void Writer::write(const std::string& path, const std::function<void(uint64_t, uint64_t)>& progress) const {
-  const std::string partial = path + ".tmp";
+  // A short name of its own: any target name the file system takes works.
+  const std::string partial = temporary_path_for(path);
   struct Closer {
     void operator()(std::FILE* f) const { std::fclose(f); }
   };

@@ -43,8 +43,9 @@ class Writer {
 
   uint64_t data_bytes() const { return data_bytes_; }
 
-  // Writes `path` + ".tmp" and renames it, so a failure leaves no partial
-  // file; `progress` gets the bytes of tensor data written so far.
+  // Writes a temporary beside `path` (temporary_path_for) and renames it, so
+  // a failure leaves no partial file; `progress` gets the bytes of tensor
+  // data written so far.
   void write(const std::string& path, const std::function<void(uint64_t done, uint64_t total)>& progress = {}) const;
   // The whole image in memory, and parsed back (small files: tests, fuzzers).
   std::vector<uint8_t> bytes() const;

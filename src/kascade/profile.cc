@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
+#include <type_traits>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -108,7 +111,14 @@ json profile_to_json(const KascadeProfile& profile) {
 
 namespace {
 
+template <typename T>
+struct IsVector : std::false_type {};
+template <typename T>
+struct IsVector<std::vector<T>> : std::true_type {};
+
 // Typed access to JSON fields with errors naming the source and field path.
+// Integers are read exactly: 1.5 or 2^32 + 2 for an int field is an error,
+// never a truncated or wrapped value.
 class Reader {
  public:
   explicit Reader(std::string_view source) : source_(source) {}
@@ -122,10 +132,21 @@ class Reader {
 
   template <typename T>
   T get(const json& value, const std::string& path) const {
-    try {
-      return value.get<T>();
-    } catch (const json::exception&) {
-      fail("{}: field {} has the wrong type ({})", source_, path, value.type_name());
+    if constexpr (IsVector<T>::value) {
+      if (!value.is_array()) fail("{}: field {} has the wrong type ({}, not an array)", source_, path, value.type_name());
+      T items;
+      items.reserve(value.size());
+      for (size_t i = 0; i < value.size(); ++i)
+        items.push_back(get<typename T::value_type>(value[i], fmt::format("{}[{}]", path, i)));
+      return items;
+    } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      return integer<T>(value, path);
+    } else {
+      try {
+        return value.get<T>();
+      } catch (const json::exception&) {
+        fail("{}: field {} has the wrong type ({})", source_, path, value.type_name());
+      }
     }
   }
 
@@ -142,6 +163,20 @@ class Reader {
   }
 
  private:
+  template <typename T>
+  T integer(const json& value, const std::string& path) const {
+    if (value.is_number_float())
+      fail("{}: field {} must be a whole number, got {}", source_, path, value.dump());
+    if (!value.is_number_integer()) fail("{}: field {} has the wrong type ({})", source_, path, value.type_name());
+    const bool fits = value.is_number_unsigned()
+                          ? value.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
+                          : std::in_range<T>(value.get<int64_t>());
+    if (!fits)
+      fail("{}: field {} = {} is outside [{}, {}]", source_, path, value.dump(), std::numeric_limits<T>::min(),
+           std::numeric_limits<T>::max());
+    return value.is_number_unsigned() ? T(value.get<uint64_t>()) : T(value.get<int64_t>());
+  }
+
   std::string source_;
 };
 
@@ -160,6 +195,7 @@ KascadeProfile profile_from_json(const json& in, std::string_view source) {
   profile.weights_fingerprint = reader.get<std::string>(in, "weights_fingerprint", "profile");
   if (in.contains("calibration")) {
     const json& c = in["calibration"];
+    if (!c.is_object()) fail("{}: field profile.calibration is not an object", source);
     CalibrationSettings& s = profile.calibration;
     s.dev_set = reader.optional<std::string>(c, "dev_set", "calibration", s.dev_set);
     s.n_prompts = reader.optional<int64_t>(c, "n_prompts", "calibration", s.n_prompts);

@@ -61,7 +61,7 @@ class Image {
   // text_height(scale) wide and text_width(text, scale) tall, top-left at (x, y).
   void draw_text_vertical(int x, int y, std::string_view text, int scale, Color color);
 
-  // Writes path + ".tmp" and renames it, so a failure leaves no partial file.
+  // Writes a temporary beside path and renames it, so a failure leaves no partial file.
   // Throws kascade::Error naming the path.
   void write_png(const std::string& path) const;
 

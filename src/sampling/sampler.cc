@@ -1,7 +1,12 @@
 // Sampler implementation. Weights are exp(scaled logit) with the best scaled
-// logit at 0, so nothing overflows whatever the temperature. Exponentials are
-// taken only after top-k, and only top-k's survivors and top-p's boundary bin
-// are ever sorted.
+// logit at 0, so nothing overflows whatever the temperature. Every finite
+// option gives a valid draw: a penalised logit that leaves float's range
+// saturates at its largest finite value, scaled logits are computed in
+// double and clamped to [-FLT_MAX, 0] (a temperature of 1e-38 or a penalty
+// of 1e37 makes them overflow in float), and top-p's bins are computed in
+// double from clamped values, so no NaN or infinity ever reaches an index.
+// Exponentials are taken only after top-k, and only top-k's survivors and
+// top-p's boundary bin are ever sorted.
 #include "sampling/sampler.h"
 
 #include <algorithm>
@@ -16,6 +21,11 @@ namespace {
 
 constexpr float kInfinity = std::numeric_limits<float>::infinity();
 constexpr float kMinusInfinity = -kInfinity;
+constexpr float kLargest = std::numeric_limits<float>::max();
+
+// A finite logit pushed out of range by the penalty keeps its side of the
+// range: the ranking stays what the arithmetic meant.
+float saturate(float logit) { return std::clamp(logit, -kLargest, kLargest); }
 
 // Tokens are ranked by logit, ties broken towards the lower id, so the kept
 // sets are fully determined.
@@ -59,10 +69,12 @@ Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(option
 
 void Sampler::reset() {
   history_.clear();
+  accepted_ = 0;
   rng_.seed(options_.seed);
 }
 
 void Sampler::accept(int32_t token) {
+  ++accepted_;
   if (options_.repetition_window == 0) return;
   history_.push_back(token);
   if (history_.size() > size_t(options_.repetition_window)) history_.pop_front();
@@ -84,7 +96,8 @@ void Sampler::apply_repetition_penalty(std::vector<float>& logits) const {
            logits.size());
     }
     float& logit = logits[size_t(token)];
-    logit = logit > 0.0f ? logit / options_.repetition_penalty : logit * options_.repetition_penalty;
+    if (logit == kMinusInfinity) continue;  // stays never drawn
+    logit = saturate(logit > 0.0f ? logit / options_.repetition_penalty : logit * options_.repetition_penalty);
   }
 }
 
@@ -92,20 +105,31 @@ void Sampler::keep_top_p(double wanted_mass) {
   // Find the last token (best first) that top-p keeps without sorting: a
   // histogram of the mass over logit bins finds the bin where the running
   // mass crosses `wanted_mass`, and only that bin is sorted.
+  // Logits are finite, in [-FLT_MAX, 0]; in double, neither the bin width
+  // (even for a lowest logit of -1e-45) nor any product overflows.
   constexpr int kBins = 1024;
-  float lowest = 0.0f;  // the best logit is 0
-  for (const Candidate& c : candidates_) lowest = std::min(lowest, c.logit);
-  const float bins_per_logit = lowest < 0.0f ? float(kBins) / -lowest : 0.0f;
-  auto bin_of = [&](const Candidate& c) { return std::min(kBins - 1, int(-c.logit * bins_per_logit)); };
+  double lowest = 0.0;  // the best logit is 0
+  for (const Candidate& c : candidates_) lowest = std::min(lowest, double(c.logit));
+  const double bins_per_logit = lowest < 0.0 ? double(kBins) / -lowest : 0.0;
+  auto bin_of = [&](const Candidate& c) {
+    return int(std::clamp(-double(c.logit) * bins_per_logit, 0.0, double(kBins - 1)));
+  };
 
   std::vector<double> bin_mass(kBins, 0.0);
-  for (const Candidate& c : candidates_) bin_mass[size_t(bin_of(c))] += c.weight;
+  std::vector<int> bin_count(kBins, 0);
+  for (const Candidate& c : candidates_) {
+    bin_mass[size_t(bin_of(c))] += c.weight;
+    ++bin_count[size_t(bin_of(c))];
+  }
   double remaining = wanted_mass;
   int crossing_bin = 0;
   while (crossing_bin < kBins - 1 && bin_mass[size_t(crossing_bin)] < remaining) {
     remaining -= bin_mass[size_t(crossing_bin)];
     ++crossing_bin;
   }
+  // Rounding can carry the walk past the last occupied bin: step back to it
+  // (bin 0 always holds the best token).
+  while (crossing_bin > 0 && bin_count[size_t(crossing_bin)] == 0) --crossing_bin;
 
   boundary_bin_.clear();
   for (const Candidate& c : candidates_) {
@@ -127,9 +151,12 @@ void Sampler::keep_top_p(double wanted_mass) {
 int32_t Sampler::sample(std::span<const float> logits) {
   if (logits.empty()) fail("sampling: empty logits row");
   logits_.assign(logits.begin(), logits.end());
+  // NaN and +inf come from the model (its weights, an overflow in the
+  // forward pass), and are reported as its error, not the sampler's.
   for (size_t i = 0; i < logits_.size(); ++i) {
     if (std::isnan(logits_[i]) || logits_[i] == kInfinity) {
-      fail("sampling: logit of token {} is {}", i, logits_[i]);
+      fail("the model produced non-finite logits at position {} (the logit of token {} is {})", accepted_ - 1, i,
+           logits_[i]);
     }
   }
   apply_repetition_penalty(logits_);
@@ -137,14 +164,19 @@ int32_t Sampler::sample(std::span<const float> logits) {
   // max_element returns the first maximum: greedy ties go to the lower id.
   const auto best = std::max_element(logits_.begin(), logits_.end());
   const float max_logit = *best;
-  if (max_logit == kMinusInfinity) fail("sampling: every logit is -inf");
+  if (max_logit == kMinusInfinity)
+    fail("the model produced non-finite logits at position {} (every logit is -inf)", accepted_ - 1);
   if (options_.temperature == 0.0f) return int32_t(best - logits_.begin());
 
-  const float inverse_temperature = 1.0f / options_.temperature;
+  // In double, then clamped: (logit - max) / temperature leaves float's
+  // range for tiny temperatures or a wide spread of logits, and such a
+  // token's weight is exp(-FLT_MAX) = 0 all the same.
+  const double inverse_temperature = 1.0 / double(options_.temperature);
   candidates_.clear();
   for (size_t i = 0; i < logits_.size(); ++i) {
     if (logits_[i] == kMinusInfinity) continue;  // weight 0: never drawn
-    candidates_.push_back({int32_t(i), (logits_[i] - max_logit) * inverse_temperature, 0.0f});
+    const double scaled = (double(logits_[i]) - double(max_logit)) * inverse_temperature;
+    candidates_.push_back({int32_t(i), float(std::max(scaled, -double(kLargest))), 0.0f});
   }
 
   const size_t top_k = size_t(options_.top_k);

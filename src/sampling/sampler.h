@@ -31,9 +31,12 @@ class Sampler {
  public:
   explicit Sampler(const SamplerOptions& options);
 
-  // Picks a token from one row of logits (one per vocabulary entry).
-  // Throws kascade::Error on NaN or +inf logits, when every logit is -inf,
-  // or when a remembered token lies outside the vocabulary.
+  // Picks a token from one row of logits (one per vocabulary entry). Any
+  // finite options give a valid draw. Throws kascade::Error on NaN or +inf
+  // logits and when every logit is -inf, as the model's error ("the model
+  // produced non-finite logits at position N", N = tokens accepted - 1: the
+  // position whose logits these are), and when a remembered token lies
+  // outside the vocabulary. -inf logits are tokens never drawn.
   int32_t sample(std::span<const float> logits);
 
   // Remembers a token for the repetition penalty. Feed the prompt tokens and
@@ -61,6 +64,7 @@ class Sampler {
   SamplerOptions options_;
   std::mt19937_64 rng_;
   std::deque<int32_t> history_;
+  int64_t accepted_ = 0;  // tokens accepted since the last reset
   std::vector<float> logits_;  // penalised copy of the row
   std::vector<Candidate> candidates_;
   std::vector<Candidate> boundary_bin_;  // top-p's scratch

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
 namespace kascade::tokenizer {
@@ -111,75 +112,116 @@ const char* ChatTemplate::format_name() const {
   return "?";
 }
 
-std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+// Collects markup and content parts, merging neighbours of the same kind.
+class ChatTemplate::Builder {
+ public:
+  Builder& markup(std::string_view text) { return add(text, false); }
+  Builder& content(std::string_view text) { return add(text, true); }
+  std::vector<Part> take() { return std::move(parts_); }
+
+ private:
+  Builder& add(std::string_view text, bool content) {
+    if (text.empty()) return *this;
+    if (parts_.empty() || parts_.back().content != content) parts_.push_back({"", content});
+    parts_.back().text.append(text);
+    return *this;
+  }
+  std::vector<Part> parts_;
+};
+
+std::vector<ChatTemplate::Part> ChatTemplate::render_parts(std::span<const ChatMessage> messages,
+                                                           bool add_generation_prompt) const {
   for (size_t i = 0; i < messages.size(); ++i) check_role(messages[i], i);
+  Builder out;
   switch (format_) {
     case ChatFormat::kChatML:
-      return render_chatml(messages, add_generation_prompt);
+      render_chatml(messages, add_generation_prompt, out);
+      break;
     case ChatFormat::kLlama3:
-      return render_llama3(messages, add_generation_prompt);
+      render_llama3(messages, add_generation_prompt, out);
+      break;
     case ChatFormat::kGemma:
-      return render_gemma(messages, add_generation_prompt);
+      render_gemma(messages, add_generation_prompt, out);
+      break;
     case ChatFormat::kRaw:
+      for (const ChatMessage& message : messages) out.content(message.content);
       break;
   }
+  return out.take();
+}
+
+std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
   std::string text;
-  for (const ChatMessage& message : messages) text += message.content;
+  for (const Part& part : render_parts(messages, add_generation_prompt)) text += part.text;
   return text;
 }
 
-std::string ChatTemplate::render_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
-  std::string text;
-  const auto turn = [&](std::string_view role, std::string_view content) {
-    text.append(kImStart).append(role).append("\n").append(content).append(kImEnd).append("\n");
+std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
+                                          bool add_generation_prompt, std::string_view continuation) const {
+  const std::vector<Part> parts = render_parts(messages, add_generation_prompt);
+  std::vector<TextSegment> segments;
+  for (const Part& part : parts) segments.push_back({part.text, !part.content});
+  if (!continuation.empty()) segments.push_back({continuation, false});
+  return tokenizer.encode_segments(segments, /*add_special_tokens=*/true);
+}
+
+void ChatTemplate::render_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                 Builder& out) const {
+  const auto turn = [&](std::string_view role, std::string_view content, bool from_template) {
+    out.markup(kImStart).markup(role).markup("\n");
+    if (from_template) {
+      out.markup(content);
+    } else {
+      out.content(content);
+    }
+    out.markup(kImEnd).markup("\n");
   };
   if (!messages.empty() && messages[0].role != "system" && !default_system_prompt_.empty()) {
-    turn("system", default_system_prompt_);
+    turn("system", default_system_prompt_, true);
   }
-  for (const ChatMessage& message : messages) turn(message.role, message.content);
-  if (add_generation_prompt) text.append(kImStart).append("assistant\n");
-  return text;
+  for (const ChatMessage& message : messages) turn(message.role, message.content, false);
+  if (add_generation_prompt) out.markup(kImStart).markup("assistant\n");
 }
 
-std::string ChatTemplate::render_llama3(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
-  std::string text;
-  const auto turn = [&](std::string_view role, std::string_view content) {
-    text.append(kHeaderStart).append(role).append(kHeaderEnd).append(content).append(kEndOfTurn);
-  };
+void ChatTemplate::render_llama3(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                 Builder& out) const {
+  const auto header = [&](std::string_view role) { out.markup(kHeaderStart).markup(role).markup(kHeaderEnd); };
   if (knowledge_date_block_) {
     // 3.1+: a system block always, carrying the first message when it is a system prompt.
-    std::string system = "Cutting Knowledge Date: December 2023\nToday Date: " + today_ + "\n\n";
+    header("system");
+    out.markup("Cutting Knowledge Date: December 2023\nToday Date: " + today_ + "\n\n");
     if (!messages.empty() && messages[0].role == "system") {
-      system += trim(messages[0].content);
+      out.content(trim(messages[0].content));
       messages = messages.subspan(1);
     }
-    turn("system", system);
+    out.markup(kEndOfTurn);
   }
-  for (const ChatMessage& message : messages) turn(message.role, trim(message.content));
-  if (add_generation_prompt) text.append(kHeaderStart).append("assistant").append(kHeaderEnd);
-  return text;
+  for (const ChatMessage& message : messages) {
+    header(message.role);
+    out.content(trim(message.content)).markup(kEndOfTurn);
+  }
+  if (add_generation_prompt) header("assistant");
 }
 
-std::string ChatTemplate::render_gemma(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+void ChatTemplate::render_gemma(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                Builder& out) const {
   // A leading system prompt, untrimmed, opens the first turn's content.
-  std::string first_prefix;
+  std::string_view first_prefix;
   size_t first = 0;
   if (!messages.empty() && messages[0].role == "system") {
-    first_prefix = messages[0].content + "\n\n";
+    first_prefix = messages[0].content;
     first = 1;
   }
-  std::string text;
   for (size_t i = first; i < messages.size(); ++i) {
     const ChatMessage& message = messages[i];
     // The template's own check: user turns exactly at even places.
     if ((message.role == "user") != ((i - first) % 2 == 0))
       fail("chat message {}: Gemma conversations alternate user and assistant turns, starting with the user", i);
-    text.append(kStartOfTurn).append(message.role == "assistant" ? "model" : message.role).append("\n");
-    if (i == first) text.append(first_prefix);
-    text.append(trim(message.content)).append(kGemmaEndOfTurn);
+    out.markup(kStartOfTurn).markup(message.role == "assistant" ? "model" : message.role).markup("\n");
+    if (i == first && first > 0) out.content(first_prefix).markup("\n\n");
+    out.content(trim(message.content)).markup(kGemmaEndOfTurn);
   }
-  if (add_generation_prompt) text.append(kStartOfTurn).append("model\n");
-  return text;
+  if (add_generation_prompt) out.markup(kStartOfTurn).markup("model\n");
 }
 
 }  // namespace kascade::tokenizer

@@ -10,16 +10,23 @@
 //    system prompt folded into the first turn as "{system}\n\n", turns
 //    alternating user/model from the user (as the template enforces);
 //  - raw: the message contents, concatenated, nothing added.
-// BOS is not rendered: encode the prompt with add_special_tokens (the
-// tokenizer adds BOS when the model wants it) and parse_special.
+// BOS is not rendered: encode() adds it when the model wants it.
+// Prompts are encoded with encode(), never by tokenizing render()'s text with
+// parse_special: control tokens come only from the template's markup, and a
+// message's content is always text, so "<|im_end|><|im_start|>system" typed
+// by a user stays those characters instead of becoming chat markup.
 // Tools, images and other roles are non-goals.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kascade::tokenizer {
+
+class Tokenizer;
 
 struct ChatMessage {
   std::string role;  // "system", "user" or "assistant"
@@ -47,11 +54,27 @@ class ChatTemplate {
   // system/user/assistant, and for Gemma on turns that do not alternate.
   std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
 
+  // The rendered prompt as token ids, BOS added when the model wants it:
+  // control tokens are parsed in the template's markup only; message
+  // contents, and `continuation` (text the reply should start with, appended
+  // after the generation prompt), are encoded as text.
+  std::vector<int32_t> encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
+                              bool add_generation_prompt, std::string_view continuation = {}) const;
+
+  // The rendered prompt in pieces: markup from the template, or content
+  // from the caller. render() is their concatenation.
+  struct Part {
+    std::string text;
+    bool content = false;
+  };
+  std::vector<Part> render_parts(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+
  private:
+  class Builder;
   explicit ChatTemplate(ChatFormat format) : format_(format) {}
-  std::string render_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
-  std::string render_llama3(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
-  std::string render_gemma(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+  void render_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt, Builder& out) const;
+  void render_llama3(std::span<const ChatMessage> messages, bool add_generation_prompt, Builder& out) const;
+  void render_gemma(std::span<const ChatMessage> messages, bool add_generation_prompt, Builder& out) const;
 
   ChatFormat format_;
   std::string default_system_prompt_;

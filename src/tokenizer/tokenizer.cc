@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <queue>
 
@@ -338,14 +339,44 @@ std::vector<Tokenizer::Fragment> Tokenizer::split_on_special_tokens(std::string_
 }
 
 std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_tokens, bool parse_special) const {
+  return encode_fragments(split_on_special_tokens(text, parse_special), text.size(), add_special_tokens);
+}
+
+std::vector<TokenId> Tokenizer::encode_segments(std::span<const TextSegment> segments, bool add_special_tokens) const {
+  // Each segment split on the specials it may contain; then runs of text
+  // fragments joined across segment boundaries (held in `joined`, whose
+  // elements never move), so the text is cut exactly as one string would be.
+  std::vector<Fragment> split;
+  size_t size = 0;
+  for (const TextSegment& segment : segments) {
+    const std::vector<Fragment> parts = split_on_special_tokens(segment.text, segment.parse_special);
+    split.insert(split.end(), parts.begin(), parts.end());
+    size += segment.text.size();
+  }
+  std::deque<std::string> joined;
+  std::vector<Fragment> fragments;
+  for (size_t i = 0; i < split.size();) {
+    if (split[i].special != kNoToken || i + 1 == split.size() || split[i + 1].special != kNoToken) {
+      fragments.push_back(split[i++]);
+      continue;
+    }
+    std::string& text = joined.emplace_back();
+    for (; i < split.size() && split[i].special == kNoToken; ++i) text += split[i].text;
+    fragments.push_back({text});
+  }
+  return encode_fragments(fragments, size, add_special_tokens);
+}
+
+std::vector<TokenId> Tokenizer::encode_fragments(std::span<const Fragment> fragments, size_t size_hint,
+                                                 bool add_special_tokens) const {
   std::vector<TokenId> ids;
-  ids.reserve(text.size() / 3 + 2);
+  ids.reserve(size_hint / 3 + 2);
   if (add_special_tokens && add_bos_) ids.push_back(bos_id_);
   // SentencePiece prefixes a space to a text: at the start, and after each
   // control token (chat markup separates texts). User-defined tokens are
   // matched inside a text, so one at its start comes after the prefix.
   bool prefix_space = model_ == TokenizerModel::kSentencePiece && add_space_prefix_;
-  for (const Fragment& fragment : split_on_special_tokens(text, parse_special)) {
+  for (const Fragment& fragment : fragments) {
     if (fragment.special == kNoToken) {
       if (model_ == TokenizerModel::kSentencePiece) {
         encode_sentencepiece(fragment.text, prefix_space, ids);

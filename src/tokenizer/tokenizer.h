@@ -41,6 +41,13 @@ enum class TokenType : int32_t {
 
 enum class TokenizerModel { kByteLevelBpe, kSentencePiece };
 
+// One stretch of a text to encode (Tokenizer::encode_segments): control
+// tokens written in it are matched only when parse_special is set.
+struct TextSegment {
+  std::string_view text;
+  bool parse_special = false;
+};
+
 class Tokenizer {
  public:
   // Reads the tokenizer.* metadata; throws Error naming the key on missing or
@@ -57,6 +64,13 @@ class Tokenizer {
   // parse_special: match control tokens written in the text (e.g. "<|im_start|>").
   std::vector<TokenId> encode(std::string_view text, bool add_special_tokens = true,
                               bool parse_special = false) const;
+  // Encodes the concatenation of the segments, matching control tokens only
+  // in the segments that allow it: a chat prompt's markup from the template,
+  // never a message's content (tokenizer::ChatTemplate::encode). Text on both
+  // sides of a segment boundary is tokenized as one text, so the ids are
+  // those of encode(concatenation, add_special_tokens, true) unless a segment
+  // without parse_special holds a control token's text, which stays text.
+  std::vector<TokenId> encode_segments(std::span<const TextSegment> segments, bool add_special_tokens = true) const;
   // The bytes the ids stand for, concatenated; this may end inside a UTF-8
   // character (use StreamDecoder for output shown as it is generated).
   std::string decode(std::span<const TokenId> ids, bool skip_special = false) const;
@@ -101,6 +115,8 @@ class Tokenizer {
   void load_sentencepiece(const gguf::File& file);
   void find_special_tokens();
   std::vector<Fragment> split_on_special_tokens(std::string_view text, bool parse_special) const;
+  std::vector<TokenId> encode_fragments(std::span<const Fragment> fragments, size_t size_hint,
+                                        bool add_special_tokens) const;
   void encode_byte_level(std::string_view text, std::vector<TokenId>& out) const;
   void merge_byte_level_piece(std::string_view piece, std::vector<TokenId>& out) const;
   void encode_sentencepiece(std::string_view text, bool prefix_space, std::vector<TokenId>& out) const;

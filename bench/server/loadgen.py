@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Load generator for OpenAI-compatible servers (kascade serve, llama-server).
+
+For each concurrency level, `concurrency` clients each send `--rounds`
+streaming /v1/completions requests one after another, every prompt a
+different window of a long text cut to about --prompt-tokens tokens (so no
+server can reuse a cached prefix). Per level it prints: requests, tokens
+generated, wall time, output tok/s (all tokens / wall), aggregate decode tok/s
+(tokens after each request's first / the span from the first first-token to
+the last token), per-stream decode tok/s, time to first token (p50/p99) and
+inter-token latency (gaps between streamed chunks, p50/p99).
+
+    python3 bench/server/loadgen.py --url http://127.0.0.1:8080 --concurrency 1,4,16 \
+        --prompt-tokens 2048 --max-tokens 64 [--kascade kascade --budget 10] [--json out.json]
+
+Standard library only. With --kascade the request carries
+{"kascade": {"attention": ..., "budget": ...}} (kascade serve's extension);
+llama-server ignores the field.
+"""
+
+import argparse
+import http.client
+import json
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def percentile(values, p):
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * p / 100
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+class Target:
+    def __init__(self, url, model, api_key, extra):
+        parsed = urlparse(url)
+        self.host, self.port = parsed.hostname, parsed.port or 80
+        self.model, self.extra = model, extra
+        self.headers = {"Content-Type": "application/json"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+
+    def post(self, body, stream):
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=3600)
+        payload = {"prompt": body["prompt"], "max_tokens": body["max_tokens"], "temperature": 0, "stream": stream,
+                   **self.extra}
+        if self.model:
+            payload["model"] = self.model
+        if stream:
+            payload["stream_options"] = {"include_usage": True}
+        connection.request("POST", "/v1/completions", json.dumps(payload), self.headers)
+        return connection, connection.getresponse()
+
+    def prompt_tokens(self, text):
+        connection, response = self.post({"prompt": text, "max_tokens": 1}, stream=False)
+        data = json.loads(response.read())
+        connection.close()
+        if response.status != 200:
+            raise RuntimeError(f"probe failed: {response.status} {data}")
+        return data["usage"]["prompt_tokens"]
+
+    def stream(self, prompt, max_tokens):
+        """(start, chunk times, tokens generated) of one streamed request."""
+        start = time.perf_counter()
+        connection, response = self.post({"prompt": prompt, "max_tokens": max_tokens}, stream=True)
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status}: {response.read()[:300]}")
+        times, tokens = [], None
+        while True:
+            line = response.readline()
+            if not line:
+                break
+            line = line.strip()
+            if not line.startswith(b"data: "):
+                continue
+            data = line[6:]
+            if data == b"[DONE]":
+                break
+            event = json.loads(data)
+            if event.get("usage"):
+                tokens = event["usage"].get("completion_tokens", tokens)
+            for choice in event.get("choices", []):
+                if choice.get("text"):
+                    times.append(time.perf_counter())
+        connection.close()
+        return start, times, tokens if tokens is not None else len(times)
+
+
+def make_prompts(target, text, n, prompt_tokens):
+    """n prompts of about prompt_tokens tokens: windows of `text` at different offsets."""
+    probe = text[:prompt_tokens * 4]
+    ratio = len(probe) / target.prompt_tokens(probe)  # characters per token
+    length = int(prompt_tokens * ratio)
+    prompts = []
+    for i in range(n):
+        offset = (i * 7919 * 13) % max(1, len(text) - length)
+        prompts.append(f"Document {i}.\n" + text[offset:offset + length])
+    measured = target.prompt_tokens(prompts[0])
+    return prompts, measured
+
+
+def run_level(target, prompts, concurrency, rounds, max_tokens):
+    results, errors = [], []
+    lock = threading.Lock()
+    queue = list(prompts[:concurrency * rounds])
+
+    def client():
+        while True:
+            with lock:
+                if not queue:
+                    return
+                prompt = queue.pop()
+            try:
+                result = target.stream(prompt, max_tokens)
+                with lock:
+                    results.append(result)
+            except Exception as e:  # noqa: BLE001 - reported below
+                with lock:
+                    errors.append(str(e))
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+
+    ttft = [times[0] - s for s, times, _ in results if times]
+    gaps = [b - a for _, times, _ in results for a, b in zip(times, times[1:])]
+    tokens = sum(n for _, _, n in results)
+    decoded = sum(max(0, n - 1) for _, _, n in results)
+    firsts = [times[0] for _, times, _ in results if times]
+    lasts = [times[-1] for _, times, _ in results if times]
+    span = (max(lasts) - min(firsts)) if firsts else float("nan")
+    per_stream = [(n - 1) / (times[-1] - times[0]) for _, times, n in results if len(times) > 1 and times[-1] > times[0]]
+    return {
+        "concurrency": concurrency,
+        "requests": len(results),
+        "errors": len(errors),
+        "error_samples": errors[:3],
+        "tokens": tokens,
+        "wall_s": wall,
+        "output_tok_s": tokens / wall,
+        "decode_tok_s": decoded / span if span > 0 else float("nan"),
+        "per_stream_decode_tok_s": statistics.mean(per_stream) if per_stream else float("nan"),
+        "ttft_p50_s": percentile(ttft, 50),
+        "ttft_p99_s": percentile(ttft, 99),
+        "itl_p50_ms": 1e3 * percentile(gaps, 50),
+        "itl_p99_ms": 1e3 * percentile(gaps, 99),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default="http://127.0.0.1:8080")
+    parser.add_argument("--model", default="", help="model field (default: none, the server's)")
+    parser.add_argument("--api-key", default="")
+    parser.add_argument("--concurrency", default="1,4,16")
+    parser.add_argument("--rounds", type=int, default=1, help="requests per client per level")
+    parser.add_argument("--prompt-tokens", type=int, default=2048)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--text", default=str(ROOT / "data" / "haystack" / "haystack.txt"))
+    parser.add_argument("--kascade", default="", help="attention for kascade serve's per-request field")
+    parser.add_argument("--budget", type=float, default=10)
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured requests first")
+    parser.add_argument("--label", default="")
+    parser.add_argument("--json", default="", help="append the results to this file")
+    args = parser.parse_args()
+
+    extra = {"kascade": {"attention": args.kascade, "budget": args.budget}} if args.kascade else {}
+    target = Target(args.url, args.model, args.api_key, extra)
+    text = Path(args.text).read_text(errors="replace")
+    levels = [int(c) for c in args.concurrency.split(",")]
+    needed = args.warmup + sum(c * args.rounds for c in levels)
+    prompts, measured = make_prompts(target, text, needed, args.prompt_tokens)
+    label = args.label or (args.kascade or "server default")
+    print(f"# {label}: prompts of {measured} tokens, {args.max_tokens} new tokens, greedy", flush=True)
+    for i in range(args.warmup):
+        target.stream(prompts.pop(), 4)
+    print("| attention | concurrency | requests | errors | tokens | wall s | output tok/s | decode tok/s | "
+          "per-stream tok/s | TTFT p50 s | TTFT p99 s | ITL p50 ms | ITL p99 ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = []
+    for c in levels:
+        batch, prompts = prompts[:c * args.rounds], prompts[c * args.rounds:]
+        r = run_level(target, batch, c, args.rounds, args.max_tokens)
+        r.update({"label": label, "prompt_tokens": measured, "max_tokens": args.max_tokens})
+        rows.append(r)
+        print(f"| {label} | {c} | {r['requests']} | {r['errors']} | {r['tokens']} | {r['wall_s']:.1f} | "
+              f"{r['output_tok_s']:.1f} | {r['decode_tok_s']:.1f} | {r['per_stream_decode_tok_s']:.1f} | "
+              f"{r['ttft_p50_s']:.2f} | {r['ttft_p99_s']:.2f} | {r['itl_p50_ms']:.0f} | {r['itl_p99_ms']:.0f} |",
+              flush=True)
+        if r["errors"]:
+            print(f"  errors: {r['error_samples']}", file=sys.stderr)
+    if args.json:
+        with open(args.json, "a") as out:
+            for r in rows:
+                out.write(json.dumps(r) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,409 @@
+"""`kascade serve` through the real `openai` client and raw HTTP.
+
+Started by scripts/test.sh (phase "server tests") with the venv it makes:
+    build/server-venv/bin/python -m pytest tests/server/test_server.py
+Needs build/kascade and the default model (~/.cache/kascade/models/). Each
+server runs on 127.0.0.1 with a port the kernel picks (--port 0). Prompts are
+short and completions a few tokens, so the whole file takes about two
+minutes on two cores.
+"""
+
+import concurrent.futures
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import openai
+import pytest
+from openai import OpenAI
+
+ROOT = Path(__file__).resolve().parents[2]
+KASCADE = Path(os.environ.get("KASCADE_BINARY", ROOT / "build" / "kascade"))
+CACHE = Path(os.environ.get("KASCADE_CACHE", Path.home() / ".cache" / "kascade"))
+MODEL = CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
+
+pytestmark = pytest.mark.skipif(not MODEL.exists() or not KASCADE.exists(),
+                                reason=f"needs {KASCADE} and {MODEL}")
+
+
+class Server:
+    """A `kascade serve` process on a free port."""
+
+    def __init__(self, *args):
+        self.process = subprocess.Popen(
+            [str(KASCADE), "serve", "-m", str(MODEL), "--port", "0", "--threads", "2", *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.log = []
+        deadline = time.time() + 120
+        self.port = None
+        while self.port is None:
+            line = self.process.stderr.readline()
+            if not line:
+                raise RuntimeError("kascade serve exited: " + "".join(self.log))
+            self.log.append(line)
+            match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            if match:
+                self.port = int(match.group(1))
+            if time.time() > deadline:
+                raise RuntimeError("kascade serve did not start")
+        # Keep reading stderr so that the pipe never fills.
+        threading.Thread(target=lambda: self.log.extend(self.process.stderr), daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def client(self, **kwargs):
+        kwargs.setdefault("api_key", "unused")
+        return OpenAI(base_url=self.url + "/v1", max_retries=0, timeout=300, **kwargs)
+
+    def request(self, method, path, body=None, headers=None):
+        """(status, headers, body bytes) of one raw HTTP request."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        connection.request(method, path, body=body, headers=headers or {})
+        response = connection.getresponse()
+        data = response.read()
+        connection.close()
+        return response.status, dict(response.getheaders()), data
+
+    def metrics(self):
+        status, _, body = self.request("GET", "/metrics")
+        assert status == 200
+        values = {}
+        for line in body.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                values[name] = float(value)
+        return values
+
+    def rss(self):
+        with open(f"/proc/{self.process.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
+
+    def wait_idle(self, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            m = self.metrics()
+            if m["kascade_running_requests"] == 0 and m["kascade_queue_depth"] == 0:
+                return m
+            time.sleep(0.1)
+        raise AssertionError("the server did not become idle")
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            return self.process.wait(timeout=60)
+        return self.process.returncode
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server("--parallel", "16", "--max-queue", "64", "--ctx-size", "1024", "--max-body", "1048576", "-q")
+    yield s
+    assert s.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def small_server():
+    """One request at a time, one waiting, an API key: for 401, 503 and SIGTERM."""
+    s = Server("--parallel", "1", "--max-queue", "1", "--ctx-size", "512", "--api-key", "sekret",
+               "--shutdown-grace", "30", "-q")
+    yield s
+    s.stop()
+
+
+def generate(prompt, *args):
+    """`kascade generate`'s text and summary line for the same request."""
+    done = subprocess.run([str(KASCADE), "generate", "-m", str(MODEL), "--threads", "2", "-p", prompt, *args],
+                          capture_output=True, text=True, timeout=300, check=True)
+    assert done.stdout.endswith("\n")
+    return done.stdout[:-1], done.stderr
+
+
+def prompt_tokens_of(summary):
+    return int(re.search(r"prompt (\d+) tokens", summary).group(1))
+
+
+CHAT_CASES = [
+    ("Why is the sky blue?", "dense", 20),
+    ("Name a famous painter.", "kascade", 16),
+    ("What is 7 times 6?", "dense", 12),
+    ("Write a haiku about the sea.", "kascade", 18),
+]
+
+
+@pytest.fixture(scope="module")
+def expected_chat():
+    return {(p, a, n): generate(p, "-n", str(n), "--attention", a) for p, a, n in CHAT_CASES}
+
+
+def chat(client, prompt, attention, n, **kwargs):
+    return client.chat.completions.create(
+        model=MODEL_ID, messages=[{"role": "user", "content": prompt}], max_tokens=n, temperature=0,
+        extra_body={"kascade": {"attention": attention}}, **kwargs)
+
+
+def test_health_and_models(server):
+    status, _, body = server.request("GET", "/health")
+    assert status == 200 and json.loads(body)["status"] == "ok"
+    models = server.client().models.list()
+    assert [m.id for m in models.data] == [MODEL_ID]
+
+
+def test_chat_equals_generate_with_usage(server, expected_chat):
+    prompt, attention, n = CHAT_CASES[0]
+    text, summary = expected_chat[(prompt, attention, n)]
+    response = chat(server.client(), prompt, attention, n)
+    assert response.choices[0].message.role == "assistant"
+    assert response.choices[0].message.content == text
+    assert response.choices[0].finish_reason == "length"
+    assert response.usage.prompt_tokens == prompt_tokens_of(summary)
+    assert response.usage.completion_tokens == n
+    assert response.usage.total_tokens == response.usage.prompt_tokens + n
+    assert response.model == MODEL_ID
+
+
+def test_kascade_per_request(server, expected_chat):
+    prompt, attention, n = CHAT_CASES[1]
+    response = chat(server.client(), prompt, attention, n)
+    assert response.choices[0].message.content == expected_chat[(prompt, attention, n)][0]
+    assert response.model_extra["kascade"]["attention"] == "kascade"
+
+
+def test_completion_equals_generate(server):
+    prompt = "The three primary colours are"
+    text, summary = generate(prompt, "--raw", "-n", "12")
+    response = server.client().completions.create(model=MODEL_ID, prompt=prompt, max_tokens=12, temperature=0)
+    assert response.choices[0].text == text
+    assert response.usage.prompt_tokens == prompt_tokens_of(summary)
+    assert response.usage.completion_tokens == 12
+
+
+def test_streaming_equals_non_streaming(server):
+    client = server.client()
+    prompt, attention, n = CHAT_CASES[2]
+    whole = chat(client, prompt, attention, n).choices[0].message.content
+    pieces, finish, usage, roles = [], None, None, 0
+    for chunk in chat(client, prompt, attention, n, stream=True, stream_options={"include_usage": True}):
+        if chunk.usage:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            roles += choice.delta.role == "assistant"
+            if choice.delta.content:
+                pieces.append(choice.delta.content)
+            if choice.finish_reason:
+                finish = choice.finish_reason
+    assert "".join(pieces) == whole
+    assert roles == 1 and finish == "length"
+    assert usage.completion_tokens == n
+    # Completions stream too.
+    text = "".join(c.choices[0].text for c in client.completions.create(
+        model=MODEL_ID, prompt="Once upon a time", max_tokens=10, temperature=0, stream=True) if c.choices)
+    assert text == client.completions.create(model=MODEL_ID, prompt="Once upon a time", max_tokens=10,
+                                             temperature=0).choices[0].text
+
+
+def test_stop_strings(server):
+    prompt = "List the days of the week, separated by commas:"
+    text, _ = generate(prompt, "--raw", "-n", "40", "--stop", "Wednesday")
+    client = server.client()
+    response = client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=40, temperature=0,
+                                         stop=["Wednesday"])
+    assert response.choices[0].text == text
+    assert "Wednesday" not in response.choices[0].text
+    assert response.choices[0].finish_reason == "stop"
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model=MODEL_ID, prompt=prompt, max_tokens=40, temperature=0, stop="Wednesday", stream=True) if c.choices)
+    assert streamed == text
+
+
+def test_seeded_sampling_is_reproducible(server):
+    client = server.client()
+    kwargs = dict(model=MODEL_ID, prompt="My favourite animal is", max_tokens=12, temperature=0.9, top_p=0.95,
+                  seed=1234, extra_body={"top_k": 40})
+    first = client.completions.create(**kwargs).choices[0].text
+    assert client.completions.create(**kwargs).choices[0].text == first
+
+
+def test_eight_concurrent_requests_equal_generate(server, expected_chat):
+    client = server.client()
+    cases = CHAT_CASES * 2
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(chat, client, *case) for case in cases]
+        for case, future in zip(cases, futures):
+            assert future.result().choices[0].message.content == expected_chat[case][0], case
+
+
+def error_of(server, path, body, headers=None):
+    status, response_headers, data = server.request("POST", path, body, headers)
+    error = json.loads(data)["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    return status, error, response_headers
+
+
+@pytest.mark.parametrize("body,param", [
+    ("{not json", None),
+    ({"messages": "hi"}, "messages"),
+    ({"messages": [{"role": "user", "content": "x"}], "max_tokens": "ten"}, "max_tokens"),
+    ({"messages": [{"role": "user", "content": "x"}], "temperature": [1]}, "temperature"),
+    ({"messages": [{"role": "user", "content": "x"}], "model": "gpt-4"}, "model"),
+    ({"messages": [{"role": "user", "content": "x"}], "n": 3}, "n"),
+    ({"messages": [{"role": "user", "content": "x"}], "kascade": {"attention": "nope"}}, "kascade.attention"),
+    ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 5000}, "max_tokens"),
+    ({"messages": [{"role": "user", "content": "word " * 1500}]}, "messages"),
+])
+def test_bad_requests_are_400(server, body, param):
+    status, error, _ = error_of(server, "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    assert status == 400
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == param
+
+
+def test_context_errors_through_the_client(server):
+    client = server.client()
+    with pytest.raises(openai.BadRequestError) as over:
+        client.completions.create(model=MODEL_ID, prompt="Hello", max_tokens=2000)
+    assert over.value.code == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError) as unknown:
+        client.completions.create(model="no-such-model", prompt="Hello", max_tokens=2)
+    assert unknown.value.code == "model_not_found"
+
+
+def test_large_body_is_413(server):
+    status, error, _ = error_of(server, "/v1/completions", json.dumps({"prompt": "x" * (2 << 20)}),
+                                {"Content-Type": "application/json"})
+    assert status == 413
+
+
+def test_unknown_route_is_404(server):
+    status, _, data = server.request("GET", "/v1/nothing")
+    assert status == 404 and "error" in json.loads(data)
+
+
+def test_disconnect_mid_stream_cancels_and_frees_kv(server):
+    before = server.wait_idle()
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    body = json.dumps({"prompt": "Tell me everything about the history of Rome.", "max_tokens": 600,
+                       "temperature": 0, "stream": True})
+    sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+    received = b""
+    while received.count(b"data: ") < 4:
+        received += sock.recv(4096)
+    assert b"200 OK" in received
+    m = server.metrics()
+    assert m["kascade_running_requests"] == 1 and m["kascade_kv_tokens_used"] > 0
+    sock.close()
+    after = server.wait_idle(timeout=30)
+    assert after['kascade_requests_total{outcome="cancelled"}'] == before['kascade_requests_total{outcome="cancelled"}'] + 1
+    assert after["kascade_kv_tokens_used"] == 0
+    assert after["kascade_generated_tokens_total"] - before["kascade_generated_tokens_total"] < 600
+
+
+def test_load_64_streams_no_lost_tokens_memory_returns(server):
+    """64 concurrent streaming requests (16 running, the rest queued), twice:
+    no errors, every stream's text equals the non-streamed answer, the usage
+    counts match, and after the second round resident memory is back where
+    the first left it and no KV memory is held."""
+    client = server.client()
+    prompts = [f"Give me a word that rhymes with {w}." for w in ("cat", "day", "light", "tree")]
+    expected = {p: client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": p}],
+                                                  max_tokens=8, temperature=0).choices[0].message.content
+                for p in prompts}
+
+    def one(i):
+        prompt = prompts[i % len(prompts)]
+        pieces, usage = [], None
+        stream = client.chat.completions.create(
+            model=MODEL_ID, messages=[{"role": "user", "content": prompt}], max_tokens=8, temperature=0,
+            stream=True, stream_options={"include_usage": True})
+        for chunk in stream:
+            usage = chunk.usage or usage
+            for choice in chunk.choices:
+                pieces.append(choice.delta.content or "")
+        return prompt, "".join(pieces), usage
+
+    def round_of_64():
+        start = time.time()
+        with concurrent.futures.ThreadPoolExecutor(64) as pool:
+            results = list(pool.map(one, range(64)))
+        for prompt, text, usage in results:
+            assert text == expected[prompt]
+            assert usage.completion_tokens <= 8
+        return time.time() - start
+
+    first = round_of_64()
+    baseline = server.wait_idle()
+    rss_baseline = server.rss()
+    second = round_of_64()
+    after = server.wait_idle()
+    time.sleep(0.5)  # the scheduler trims the heap when it goes idle
+    rss_after = server.rss()
+    assert first < 240 and second < 240
+    assert after["kascade_kv_tokens_used"] == 0
+    assert after['kascade_requests_total{outcome="failed"}'] == baseline['kascade_requests_total{outcome="failed"}']
+    assert after['kascade_requests_total{outcome="finished"}'] - baseline['kascade_requests_total{outcome="finished"}'] == 64
+    assert rss_after <= rss_baseline + (16 << 20), (rss_baseline, rss_after)
+
+
+def test_api_key(small_server):
+    body = {"prompt": "Hi", "max_tokens": 2}
+    status, error, _ = error_of(small_server, "/v1/completions", body)
+    assert status == 401 and error["code"] == "invalid_api_key"
+    status, error, _ = error_of(small_server, "/v1/completions", body, {"Authorization": "Bearer wrong"})
+    assert status == 401
+    with pytest.raises(openai.AuthenticationError):
+        small_server.client(api_key="wrong").completions.create(model=MODEL_ID, prompt="Hi", max_tokens=2)
+    response = small_server.client(api_key="sekret").completions.create(model=MODEL_ID, prompt="Hi", max_tokens=2)
+    assert response.usage.completion_tokens == 2
+    assert small_server.request("GET", "/health")[0] == 200  # no key needed
+
+
+def open_stream(server, max_tokens):
+    """A streaming request that has started generating; returns its connection and response."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
+    connection.request("POST", "/v1/completions",
+                       json.dumps({"prompt": "Count to one hundred:", "max_tokens": max_tokens, "temperature": 0,
+                                   "stream": True}),
+                       {"Authorization": "Bearer sekret", "Content-Type": "application/json"})
+    response = connection.getresponse()
+    assert response.status == 200
+    while b'"text"' not in response.readline():
+        pass
+    return connection, response
+
+
+def test_full_queue_is_503_with_retry_after(small_server):
+    running, running_response = open_stream(small_server, 120)
+    queued = concurrent.futures.ThreadPoolExecutor(1).submit(
+        small_server.request, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2},
+        {"Authorization": "Bearer sekret"})
+    deadline = time.time() + 30
+    while small_server.metrics()["kascade_queue_depth"] < 1 and time.time() < deadline:
+        time.sleep(0.05)
+    status, error, headers = error_of(small_server, "/v1/completions", {"prompt": "Hi", "max_tokens": 2},
+                                      {"Authorization": "Bearer sekret"})
+    assert status == 503 and "Retry-After" in headers and error["type"] == "server_error"
+    running.close()
+    assert queued.result(timeout=120)[0] == 200
+    small_server.wait_idle()
+
+
+def test_sigterm_finishes_in_flight_then_exits_0(small_server):
+    connection, response = open_stream(small_server, 40)
+    small_server.process.send_signal(signal.SIGTERM)
+    rest = response.read().decode()  # the stream runs to its end
+    assert rest.rstrip().endswith("data: [DONE]")
+    assert '"finish_reason":"length"' in rest
+    connection.close()
+    assert small_server.process.wait(timeout=60) == 0
