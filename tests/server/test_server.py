@@ -38,6 +38,7 @@ class Server:
     """A `kascade serve` process on a free port."""
 
     def __init__(self, *args):
+        self.api_key = args[args.index("--api-key") + 1] if "--api-key" in args else None
         self.process = subprocess.Popen(
             [str(KASCADE), "serve", "-m", str(MODEL), "--port", "0", "--threads", "2", *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -74,7 +75,8 @@ class Server:
         return response.status, dict(response.getheaders()), data
 
     def metrics(self):
-        status, _, body = self.request("GET", "/metrics")
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        status, _, body = self.request("GET", "/metrics", headers=headers)
         assert status == 200
         values = {}
         for line in body.decode().splitlines():
@@ -180,6 +182,49 @@ def test_kascade_per_request(server, expected_chat):
     assert response.model_extra["kascade"]["attention"] == "kascade"
 
 
+def test_kascade_budget_per_request(server):
+    """The extra field's budget and min_k reach the attention: the answer
+    equals `kascade generate` with the same flags, and differs from the one
+    with another budget (so a budget that was dropped would fail here)."""
+    haystack = (ROOT / "data" / "haystack" / "haystack.txt").read_text()
+    prompt = haystack[haystack.index("In the beginning"):][:1300] + " In summary,"
+    text, summary = generate(prompt, "--raw", "-n", "16", "--attention", "kascade", "--budget", "5", "--min-k", "16")
+    other, _ = generate(prompt, "--raw", "-n", "16", "--attention", "kascade", "--budget", "10", "--min-k", "16")
+    assert text != other, "pick a prompt on which the budget changes the answer"
+    response = server.client().completions.create(
+        model=MODEL_ID, prompt=prompt, max_tokens=16, temperature=0,
+        extra_body={"kascade": {"attention": "kascade", "budget": 5, "min_k": 16}})
+    assert response.choices[0].text == text
+    assert response.usage.prompt_tokens == prompt_tokens_of(summary)
+    assert response.model_extra["kascade"]["attention"] == "kascade"
+
+
+def test_metrics(server):
+    """Prometheus text with requests, tokens, queue depth, prefill/decode
+    tok/s and KV memory in use; the counters move with a request."""
+    status, headers, body = server.request("GET", "/metrics")
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    text = body.decode()
+    for name in ("kascade_requests_total", "kascade_queue_depth", "kascade_running_requests",
+                 "kascade_prompt_tokens_total", "kascade_generated_tokens_total",
+                 "kascade_prefill_tokens_per_second", "kascade_decode_tokens_per_second",
+                 "kascade_kv_tokens_used", "kascade_kv_tokens_total"):
+        assert f"# TYPE {name} " in text, name
+    before = server.wait_idle()
+    response = server.client().completions.create(model=MODEL_ID, prompt="One, two, three,", max_tokens=6,
+                                                  temperature=0)
+    after = server.wait_idle()
+    finished = 'kascade_requests_total{outcome="finished"}'
+    assert after[finished] == before[finished] + 1
+    assert after["kascade_generated_tokens_total"] - before["kascade_generated_tokens_total"] == \
+        response.usage.completion_tokens
+    assert after["kascade_prompt_tokens_total"] - before["kascade_prompt_tokens_total"] == \
+        response.usage.prompt_tokens
+    assert after["kascade_prefill_tokens_per_second"] > 0 and after["kascade_decode_tokens_per_second"] > 0
+    assert after["kascade_kv_tokens_total"] >= 16 * 1024 and after["kascade_kv_tokens_used"] == 0
+    assert after['kascade_http_requests_total{path="/v1/completions",status="200"}'] >= 1
+
+
 def test_completion_equals_generate(server):
     prompt = "The three primary colours are"
     text, summary = generate(prompt, "--raw", "-n", "12")
@@ -214,16 +259,18 @@ def test_streaming_equals_non_streaming(server):
 
 
 def test_stop_strings(server):
-    prompt = "List the days of the week, separated by commas:"
-    text, _ = generate(prompt, "--raw", "-n", "40", "--stop", "Wednesday")
+    prompt = "The days of the week are Monday, Tuesday,"
+    full, _ = generate(prompt, "--raw", "-n", "20")
+    assert "Friday" in full  # else the stop string below would not be tested
+    text, _ = generate(prompt, "--raw", "-n", "20", "--stop", "Friday")
+    assert text == full[:full.index("Friday")]
     client = server.client()
-    response = client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=40, temperature=0,
-                                         stop=["Wednesday"])
+    response = client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=20, temperature=0,
+                                         stop=["Friday", "no such text"])
     assert response.choices[0].text == text
-    assert "Wednesday" not in response.choices[0].text
     assert response.choices[0].finish_reason == "stop"
     streamed = "".join(c.choices[0].text for c in client.completions.create(
-        model=MODEL_ID, prompt=prompt, max_tokens=40, temperature=0, stop="Wednesday", stream=True) if c.choices)
+        model=MODEL_ID, prompt=prompt, max_tokens=20, temperature=0, stop="Friday", stream=True) if c.choices)
     assert streamed == text
 
 
@@ -402,8 +449,19 @@ def test_full_queue_is_503_with_retry_after(small_server):
 def test_sigterm_finishes_in_flight_then_exits_0(small_server):
     connection, response = open_stream(small_server, 40)
     small_server.process.send_signal(signal.SIGTERM)
+    # No new requests from now on: 503 (or a refused connection once the socket has closed).
+    deadline = time.time() + 10
+    while small_server.request("GET", "/health")[0] != 503:
+        assert time.time() < deadline, "/health did not turn 503 after SIGTERM"
+        time.sleep(0.05)
+    try:
+        status, error, headers = error_of(small_server, "/v1/completions", {"prompt": "Hi", "max_tokens": 2},
+                                          {"Authorization": "Bearer sekret"})
+        assert status == 503 and "Retry-After" in headers
+    except ConnectionRefusedError:
+        pass
     rest = response.read().decode()  # the stream runs to its end
     assert rest.rstrip().endswith("data: [DONE]")
-    assert '"finish_reason":"length"' in rest
+    assert re.search(r'"finish_reason":"(stop|length)"', rest), rest  # finished, not cancelled
     connection.close()
     assert small_server.process.wait(timeout=60) == 0
