@@ -157,9 +157,10 @@ PromptFormat::PromptFormat(const tokenizer::Tokenizer& tokenizer) : tokenizer_(t
 
 std::vector<int32_t> PromptFormat::encode(const std::string& user_message, const std::string& answer_prefix) const {
   if (!chat_) return tokenizer_.encode(user_message + "\n\n" + answer_prefix, /*add_special_tokens=*/true);
+  // The sample (haystack text, question, answer prefix) is text: chat markup
+  // in a --haystack corpus stays characters, as a user's prompt does.
   const tokenizer::ChatMessage messages[] = {{"user", user_message}};
-  return tokenizer_.encode(chat_->render(messages, /*add_generation_prompt=*/true) + answer_prefix,
-                           /*add_special_tokens=*/true, /*parse_special=*/true);
+  return chat_->encode(tokenizer_, messages, /*add_generation_prompt=*/true, answer_prefix);
 }
 
 std::vector<int32_t> perplexity_tokens(const Corpus& corpus, const tokenizer::Tokenizer& tokenizer, int64_t length,
