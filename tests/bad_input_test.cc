@@ -456,6 +456,11 @@ std::vector<Row> rows() {
                profile_with([](json& p) { p["model"]["n_layers"] = (uint64_t(1) << 32) + 2; })});
   r.push_back({"ProfileFloatLayers", tiny_generate({"--attention", "kascade", "--profile", "{dir}/profile.json"}), 1,
                "model.n_layers must be a whole number", profile_with([](json& p) { p["model"]["n_layers"] = 2.0; })});
+  r.push_back({"ProfileHuge", tiny_generate({"--attention", "kascade", "--profile", "{dir}/p.json"}), 1,
+               "is larger than 16 MiB: not a profile", [](const fs::path& dir) {
+                 write_bytes(dir / "p.json", "");
+                 fs::resize_file(dir / "p.json", uint64_t(300) << 20);  // sparse
+               }});
   r.push_back({"ProfileValid", tiny_generate({"--attention", "kascade", "--profile", "{dir}/profile.json"}), 0, "",
                profile_with([](json&) {})});
   r.push_back({"ProfileMalformed", tiny_generate({"--attention", "kascade", "--profile", "{dir}/p.json"}), 1,
@@ -489,6 +494,10 @@ std::vector<Row> rows() {
                  present({kOut255, kStats255, "plots/similarity.png"})(dir, o);
                  expect_no_temporaries(dir);
                }});
+  // /proc takes no new file, even from root: the check's probe finds it before the work.
+  r.push_back({"CalibratePlotsUnderProc", tiny_calibrate({"--out", "{dir}/p.json", "--plots", "/proc/kascade-plots"}),
+               1, "cannot create a file in '/proc'", {}, absent("p.json")});
+  r.push_back({"EvalOutUnderProc", tiny_eval({"--out", "/proc/kascade-eval"}), 1, "cannot create a file in '/proc'"});
   r.push_back({"CalibrateNameTooLong", tiny_calibrate({"--out", "{dir}/" + k256}), 1, "256 bytes long"});
   r.push_back({"SynthNameTooLong", {"synth", "--tokenizer", "{tiny}", "--out", "{dir}/" + k256}, 1, "256 bytes long"});
   r.push_back({"EvalResultsUnwritable", tiny_eval({"--out", "{dir}/out"}), 1, "cannot write results",

@@ -226,7 +226,7 @@ void check_output_dir(const std::string& dir, std::string_view flag, std::initia
     if (!fs::is_directory(target, error))
       fail("cannot create output directory '{}' ({}): it exists and is not a directory", dir, flag);
     const std::string problem = probe_temporary((target / "probe").string());
-    if (!problem.empty()) fail("output directory '{}' ({}) is not writable: {}", dir, flag, problem);
+    if (!problem.empty()) fail("output directory '{}' ({}): cannot create a file in it: {}", dir, flag, problem);
     const fs::path resolved = fs::canonical(target, error);
     if (error) fail("cannot use output directory '{}' ({}): {}", dir, flag, error.message());
     for (const std::string& input : inputs) {
@@ -247,7 +247,8 @@ void check_output_dir(const std::string& dir, std::string_view flag, std::initia
     fail("cannot create output directory '{}' ({}): '{}': {}", dir, flag, ancestor.string(), std::strerror(ENOTDIR));
   const std::string problem = probe_temporary((ancestor / "probe").string());
   if (!problem.empty())
-    fail("cannot create output directory '{}' ({}): '{}' is not writable: {}", dir, flag, ancestor.string(), problem);
+    fail("cannot create output directory '{}' ({}): cannot create a file in '{}': {}", dir, flag, ancestor.string(),
+         problem);
   const long name_max = ::pathconf(ancestor.c_str(), _PC_NAME_MAX);
   for (const fs::path& part : target)
     if (name_max > 0 && part.native().size() > size_t(name_max))

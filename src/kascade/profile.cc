@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <type_traits>
 #include <utility>
@@ -222,11 +223,16 @@ KascadeProfile profile_from_json(const json& in, std::string_view source) {
   return profile;
 }
 
+// A profile is tens of kilobytes (anchors, one map entry per head); a file
+// far larger is not one, and parsing it whole would take gigabytes.
+constexpr uint64_t kMaxProfileBytes = uint64_t(16) << 20;
+
 KascadeProfile load_profile(const std::string& path, const Shape& shape) {
-  const std::string text = read_file(path, "profile");
+  const std::optional<std::string> text = read_file_up_to(path, "profile", kMaxProfileBytes);
+  if (!text) fail("profile '{}' is larger than {} MiB: not a profile", path, kMaxProfileBytes >> 20);
   json in;
   try {
-    in = json::parse(text);
+    in = json::parse(*text);
   } catch (const json::parse_error& e) {
     fail("{}: malformed JSON at byte {}", path, e.byte);
   }
