@@ -7,8 +7,11 @@ different window of a long text cut to about --prompt-tokens tokens (so no
 server can reuse a cached prefix). Per level it prints: requests, tokens
 generated, wall time, output tok/s (all tokens / wall), aggregate decode tok/s
 (tokens after each request's first / the span from the first first-token to
-the last token), per-stream decode tok/s, time to first token (p50/p99) and
-inter-token latency (gaps between streamed chunks, p50/p99).
+the last token), per-stream decode tok/s, steady decode tok/s (tokens streamed
+while every stream of the level decodes, from the last first token to the first
+stream's end, over that window: batched decode alone, no prefill in it), time
+to first token (p50/p99) and inter-token latency (gaps between streamed
+chunks, p50/p99).
 
     python3 bench/server/loadgen.py --url http://127.0.0.1:8080 --concurrency 1,4,16 \
         --prompt-tokens 2048 --max-tokens 64 [--kascade kascade --budget 10] [--json out.json]
@@ -45,6 +48,7 @@ class Target:
         parsed = urlparse(url)
         self.host, self.port = parsed.hostname, parsed.port or 80
         self.model, self.extra = model, extra
+        self.prompt_counts = []  # prompt tokens of each streamed request, from its usage
         self.headers = {"Content-Type": "application/json"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
@@ -60,6 +64,23 @@ class Target:
         connection.request("POST", "/v1/completions", json.dumps(payload), self.headers)
         return connection, connection.getresponse()
 
+    def wait_ready(self, timeout):
+        """Polls GET /health until it answers 200 (both servers answer 503 while loading)."""
+        deadline = time.time() + timeout
+        while True:
+            try:
+                connection = http.client.HTTPConnection(self.host, self.port, timeout=10)
+                connection.request("GET", "/health", headers=self.headers)
+                status = connection.getresponse().status
+                connection.close()
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            if time.time() > deadline:
+                raise RuntimeError(f"no server ready at {self.host}:{self.port}")
+            time.sleep(0.2)
+
     def prompt_tokens(self, text):
         connection, response = self.post({"prompt": text, "max_tokens": 1}, stream=False)
         data = json.loads(response.read())
@@ -74,7 +95,7 @@ class Target:
         connection, response = self.post({"prompt": prompt, "max_tokens": max_tokens}, stream=True)
         if response.status != 200:
             raise RuntimeError(f"HTTP {response.status}: {response.read()[:300]}")
-        times, tokens = [], None
+        times, tokens, prompt_tokens = [], None, None
         while True:
             line = response.readline()
             if not line:
@@ -88,24 +109,29 @@ class Target:
             event = json.loads(data)
             if event.get("usage"):
                 tokens = event["usage"].get("completion_tokens", tokens)
+                prompt_tokens = event["usage"].get("prompt_tokens", prompt_tokens)
             for choice in event.get("choices", []):
                 if choice.get("text"):
                     times.append(time.perf_counter())
         connection.close()
+        self.prompt_counts.append(prompt_tokens)
         return start, times, tokens if tokens is not None else len(times)
 
 
 def make_prompts(target, text, n, prompt_tokens):
     """n prompts of about prompt_tokens tokens: windows of `text` at different offsets."""
-    probe = text[:prompt_tokens * 4]
-    ratio = len(probe) / target.prompt_tokens(probe)  # characters per token
-    length = int(prompt_tokens * ratio)
+    # Characters per token from a few short probes spread over the text.
+    chars = tokens = 0
+    for start in range(0, len(text), max(1, len(text) // 4)):
+        probe = text[start:start + 1024]
+        if len(probe) == 1024:
+            chars, tokens = chars + len(probe), tokens + target.prompt_tokens(probe)
+    length = int(prompt_tokens * chars / tokens)
     prompts = []
     for i in range(n):
         offset = (i * 7919 * 13) % max(1, len(text) - length)
         prompts.append(f"Document {i}.\n" + text[offset:offset + length])
-    measured = target.prompt_tokens(prompts[0])
-    return prompts, measured
+    return prompts
 
 
 def run_level(target, prompts, concurrency, rounds, max_tokens):
@@ -143,6 +169,16 @@ def run_level(target, prompts, concurrency, rounds, max_tokens):
     lasts = [times[-1] for _, times, _ in results if times]
     span = (max(lasts) - min(firsts)) if firsts else float("nan")
     per_stream = [(n - 1) / (times[-1] - times[0]) for _, times, n in results if len(times) > 1 and times[-1] > times[0]]
+    # Steady decode: from the moment every stream has its first token (all
+    # prompts prefilled) to the moment the first stream ends, every stream
+    # decodes and nothing else runs; the tokens streamed in that window over
+    # its length are the batched decode rate at this concurrency.
+    steady = float("nan")
+    if len(firsts) == len(results) and results:
+        begin, end = max(firsts), min(lasts)
+        if end > begin:
+            inside = sum(1 for _, times, _ in results for t in times if begin < t <= end)
+            steady = inside / (end - begin)
     return {
         "concurrency": concurrency,
         "requests": len(results),
@@ -153,6 +189,7 @@ def run_level(target, prompts, concurrency, rounds, max_tokens):
         "output_tok_s": tokens / wall,
         "decode_tok_s": decoded / span if span > 0 else float("nan"),
         "per_stream_decode_tok_s": statistics.mean(per_stream) if per_stream else float("nan"),
+        "steady_decode_tok_s": steady,
         "ttft_p50_s": percentile(ttft, 50),
         "ttft_p99_s": percentile(ttft, 99),
         "itl_p50_ms": 1e3 * percentile(gaps, 50),
@@ -174,30 +211,37 @@ def main():
     parser.add_argument("--budget", type=float, default=10)
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured requests first")
     parser.add_argument("--label", default="")
+    parser.add_argument("--wait", type=float, default=300, help="seconds to wait for GET /health to answer 200")
     parser.add_argument("--json", default="", help="append the results to this file")
     args = parser.parse_args()
 
     extra = {"kascade": {"attention": args.kascade, "budget": args.budget}} if args.kascade else {}
     target = Target(args.url, args.model, args.api_key, extra)
+    target.wait_ready(args.wait)
     text = Path(args.text).read_text(errors="replace")
     levels = [int(c) for c in args.concurrency.split(",")]
     needed = args.warmup + sum(c * args.rounds for c in levels)
-    prompts, measured = make_prompts(target, text, needed, args.prompt_tokens)
+    prompts = make_prompts(target, text, needed, args.prompt_tokens)
     label = args.label or (args.kascade or "server default")
-    print(f"# {label}: prompts of {measured} tokens, {args.max_tokens} new tokens, greedy", flush=True)
     for i in range(args.warmup):
         target.stream(prompts.pop(), 4)
+    counts = [c for c in target.prompt_counts if c]
+    measured = f"{min(counts)}-{max(counts)}" if counts else "?"
+    print(f"# {label}: prompts of {measured} tokens (warm-up), {args.max_tokens} new tokens, greedy", flush=True)
     print("| attention | concurrency | requests | errors | tokens | wall s | output tok/s | decode tok/s | "
-          "per-stream tok/s | TTFT p50 s | TTFT p99 s | ITL p50 ms | ITL p99 ms |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "per-stream tok/s | steady decode tok/s | TTFT p50 s | TTFT p99 s | ITL p50 ms | ITL p99 ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     for c in levels:
         batch, prompts = prompts[:c * args.rounds], prompts[c * args.rounds:]
         r = run_level(target, batch, c, args.rounds, args.max_tokens)
-        r.update({"label": label, "prompt_tokens": measured, "max_tokens": args.max_tokens})
+        counts = [c for c in target.prompt_counts[-c * args.rounds:] if c]
+        r.update({"label": label, "max_tokens": args.max_tokens,
+                  "prompt_tokens": statistics.median(counts) if counts else None})
         rows.append(r)
         print(f"| {label} | {c} | {r['requests']} | {r['errors']} | {r['tokens']} | {r['wall_s']:.1f} | "
               f"{r['output_tok_s']:.1f} | {r['decode_tok_s']:.1f} | {r['per_stream_decode_tok_s']:.1f} | "
+              f"{r['steady_decode_tok_s']:.1f} | "
               f"{r['ttft_p50_s']:.2f} | {r['ttft_p99_s']:.2f} | {r['itl_p50_ms']:.0f} | {r['itl_p99_ms']:.0f} |",
               flush=True)
         if r["errors"]:

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <malloc.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <utility>
@@ -352,7 +353,13 @@ void Scheduler::worker() {
 
 void Scheduler::start() {
   if (thread_.joinable()) fail("the scheduler is already running");
-  thread_ = std::thread([this] { worker(); });
+  // OpenMP's thread count is per thread: a new thread starts from the
+  // default (all cores), not from what configure_threads set on this one.
+  const int threads = omp_get_max_threads();
+  thread_ = std::thread([this, threads] {
+    omp_set_num_threads(threads);
+    worker();
+  });
 }
 
 void Scheduler::close() {

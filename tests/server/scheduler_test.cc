@@ -8,6 +8,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include "core/error.h"
 #include "core/model_cache.h"
@@ -309,6 +310,22 @@ TEST_F(SchedulerOnModel, OwnThreadServesConcurrentSubmitters) {
   scheduler.stop(false);
   EXPECT_EQ(done.load(), 6);
   EXPECT_EQ(backend_->kv_tokens_free(), free_before);
+}
+
+// The scheduler's own thread uses the thread count configured on the thread
+// that started it (OpenMP's count is per thread; a new one starts from all
+// cores, which ignored `kascade serve --threads`).
+TEST_F(SchedulerOnModel, OwnThreadKeepsTheConfiguredThreadCount) {
+  ops::configure_threads(1);
+  Scheduler scheduler(*backend_, *tokenizer_);
+  scheduler.start();
+  std::atomic<int> seen{-1};
+  Request r = request("Threads", "dense", 1);
+  r.on_finish = [&](const GenerationResult&) { seen = omp_get_max_threads(); };
+  scheduler.submit(std::move(r));
+  scheduler.stop(false);
+  ops::configure_threads(2);
+  EXPECT_EQ(seen.load(), 1);
 }
 
 }  // namespace
