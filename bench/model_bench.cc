@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
     ops::configure_threads(threads);
     const model::Model model = model::Model::load(model_path);
     const model::Config& config = model.config();
-    // Entries as `kascade eval` names them (kascade-refine3, kascade-decode-only, ...).
+    // Entries as `kascade eval` names them (kascade, kascade-reuse-refine3, ...).
     if (profile_path.empty()) profile_path = model::shipped_profile_path(model_path);
     std::vector<eval::StrategySpec> specs;
     for (const std::string& name : strategies) {

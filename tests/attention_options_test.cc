@@ -31,9 +31,13 @@ std::string error_of(const StrategyOptions& options, const Shape& shape = kShape
   return "";
 }
 
+// Kascade as KASCADE.md defines it (sparse prefill, reuse), which these tests
+// exercise; the defaults (dense prefill, every layer an anchor) are a subset.
 StrategyOptions named(const char* name) {
   StrategyOptions o;
   o.name = name;
+  o.sparse_phases = SparsePhases::Both;
+  o.all_anchors = false;
   return o;
 }
 
@@ -44,6 +48,10 @@ TEST(AttentionOptions, EveryNameBuilds) {
     EXPECT_EQ(strategy->name(), name);
   }
   EXPECT_EQ(make_strategy(named("kascade"), kShape)->prefill_alignment(), 32);
+  StrategyOptions defaults;
+  defaults.name = "kascade";
+  EXPECT_EQ(make_strategy(defaults, kShape)->prefill_alignment(), 1);  // dense prefill
+  EXPECT_TRUE(make_strategy(defaults, kShape)->dense_prefill());
 }
 
 TEST(AttentionOptions, BadOptionsRaiseErrors) {
@@ -60,6 +68,10 @@ TEST(AttentionOptions, BadOptionsRaiseErrors) {
   o = named("kascade");
   o.min_k = 0;
   EXPECT_NE(error_of(o).find("min_k"), std::string::npos);
+  o = named("kascade");
+  o.refine_factor = 3;
+  o.all_anchors = true;
+  EXPECT_NE(error_of(o).find("refined reuse (refine factor 3) needs reuse"), std::string::npos);
   o = named("kascade");
   o.dense_layers = std::vector<int>{0, 6};
   EXPECT_NE(error_of(o).find("layer 6 outside [0, 6)"), std::string::npos);

@@ -44,12 +44,19 @@ TEST(EvalStrategySpec, ParsesVariants) {
   EXPECT_TRUE(s.options.no_remap && s.options.fixed_budget);
   EXPECT_EQ(s.options.budget_percent, 5);
   EXPECT_EQ(parse_strategy_spec("quest-p20", 10).options.name, "quest");
-  s = parse_strategy_spec("kascade-refine3-decode-only", 10);
-  EXPECT_EQ(s.options.refine_factor, 3);
+  s = parse_strategy_spec("kascade", 10);  // the defaults: dense prefill, every layer an anchor
   EXPECT_EQ(s.options.sparse_phases, attention::SparsePhases::DecodeOnly);
-  s = parse_strategy_spec("kascade-prefill-only-all-anchors-own-tile-in-budget-mink64", 10);
+  EXPECT_TRUE(s.options.all_anchors);
+  s = parse_strategy_spec("kascade-reuse-refine3", 10);
+  EXPECT_EQ(s.options.refine_factor, 3);
+  EXPECT_FALSE(s.options.all_anchors);
+  EXPECT_EQ(s.options.sparse_phases, attention::SparsePhases::DecodeOnly);
+  s = parse_strategy_spec("kascade-reuse-sparse-prefill", 10);  // the paper's method
+  EXPECT_EQ(s.options.sparse_phases, attention::SparsePhases::Both);
+  EXPECT_FALSE(s.options.all_anchors);
+  s = parse_strategy_spec("kascade-prefill-only-reuse-own-tile-in-budget-mink64", 10);
   EXPECT_EQ(s.options.sparse_phases, attention::SparsePhases::PrefillOnly);
-  EXPECT_TRUE(s.options.all_anchors && s.options.own_tile_in_budget);
+  EXPECT_TRUE(!s.options.all_anchors && s.options.own_tile_in_budget);
   EXPECT_EQ(s.options.min_k, 64);
   EXPECT_EQ(parse_strategy_spec("oracle-topk-mink32", 10).options.min_k, 32);
 }
@@ -57,8 +64,9 @@ TEST(EvalStrategySpec, ParsesVariants) {
 TEST(EvalStrategySpec, RejectsUnknownNames) {
   for (const char* bad : {"", "nope", "kascadex", "kascade-", "kascade-p0", "kascade-p101", "kascade-p5-p6",
                           "kascade-pfoo", "kascade-no-remap-no-remap", "quest-no-remap", "dense-p5", "kascade-turbo",
-                          "kascade-refine1", "kascade-refine3-refine2", "omnikv-refine3", "kascade-decode-only-prefill-only",
-                          "kascade-mink0", "dense-mink8", "quest-decode-only", "kascade-refine"})
+                          "kascade-refine1", "kascade-refine3-refine2", "omnikv-refine3", "kascade-sparse-prefill-prefill-only",
+                          "kascade-mink0", "dense-mink8", "quest-reuse", "kascade-refine", "kascade-decode-only",
+                          "kascade-reuse-reuse"})
     EXPECT_THROW(parse_strategy_spec(bad, 10), Error) << bad;
 }
 
@@ -281,7 +289,7 @@ TEST_F(EvalOnModel, SharedDensePrefillMatchesOwnPrefill) {
   EvalOptions options = small_options();
   options.lengths = {512};
   options.tasks = {"niah_single", "ppl"};
-  options.strategies = {"dense", "kascade-decode-only", "omnikv", "quest", "kascade"};
+  options.strategies = {"dense", "kascade", "omnikv", "quest", "kascade-reuse-sparse-prefill"};
   options.budget_percent = 5;
   const EvalRun run = run_eval(*backend_, *tokenizer_, *corpus_, options);
   ASSERT_EQ(run.results.size(), 10u);

@@ -37,10 +37,14 @@
 //                        its s candidates) instead of the rolling budget(s):
 //                        with a one-chunk prefill, p% of the whole prompt for
 //                        every tile. Decode is unchanged (budget(N)).
-//   sparse_phases        decode-only (dense prefill, the reference code's
-//                        DecodeOnlyKascadeStrategy) or prefill-only (dense decode).
+//   sparse_phases        which phases are sparse: both (the paper), decode
+//                        only (dense prefill, the reference code's
+//                        DecodeOnlyKascadeStrategy) or prefill only.
 //   all_anchors          every layer an anchor: pooling, tiles and the rolling
-//                        budget without reuse.
+//                        budget without reuse; false reuses as the profile says.
+// The defaults, decode-only with every layer an anchor, are what kept dense
+// accuracy on real models at p = 10 (docs/accuracy.md): cross-layer reuse
+// (all_anchors = false) and sparse prefill lost needles on them.
 //   own_tile_in_budget   a prefill tile's k counts its own tile (the reference
 //                        code's k -= T) instead of adding it on top.
 // Kascade variant (KASCADE.md, "refined reuse"):
@@ -78,10 +82,10 @@ struct StrategyOptions {
   bool no_remap = false;
   bool pre_softmax_pooling = false;
   bool fixed_budget = false;
-  SparsePhases sparse_phases = SparsePhases::Both;
-  bool all_anchors = false;
+  SparsePhases sparse_phases = SparsePhases::DecodeOnly;
+  bool all_anchors = true;
   bool own_tile_in_budget = false;
-  int refine_factor = 1;  // c; 1 = plain reuse
+  int refine_factor = 1;  // c; 1 = plain reuse; > 1 needs reuse (all_anchors false)
 
   // Layers attended densely; unset: kascade/oracle-topk {0}, quest {0, 1}.
   std::optional<std::vector<int>> dense_layers;

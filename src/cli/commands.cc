@@ -263,14 +263,7 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--no-remap", a.no_remap, "Kascade ablation: reuse head h reads anchor head h");
   cmd->add_flag("--pre-softmax-pooling", a.pre_softmax_pooling, "Kascade ablation: pool logits, not probabilities");
   cmd->add_flag("--fixed-budget", a.fixed_budget, "Kascade ablation: no rolling per-tile budget");
-  cmd->add_option("--sparse-phases", a.sparse_phases, "Kascade: which phases are sparse: both, decode, prefill")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, attention::SparsePhases>{{"both", attention::SparsePhases::Both},
-                                                         {"decode", attention::SparsePhases::DecodeOnly},
-                                                         {"prefill", attention::SparsePhases::PrefillOnly}},
-          CLI::ignore_case))
-      ->default_str("both");
-  cmd->add_flag("--all-anchors", a.all_anchors, "Kascade ablation: every layer an anchor (no reuse)");
+  add_kascade_mode_flags(cmd, a);
   cmd->add_flag("--own-tile-in-budget", a.own_tile_in_budget, "Kascade ablation: a tile's own keys count in its budget");
   cmd->add_option("--refine", a.refine_factor, "Kascade refined reuse: anchors keep C x budget candidates (1 = off)")
       ->capture_default_str()
@@ -280,6 +273,21 @@ void register_generate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("-q,--quiet", args->quiet, "No progress bar or summary");
   cmd->callback([args] { run_generate(*args); });
+}
+
+void add_kascade_mode_flags(CLI::App* cmd, attention::StrategyOptions& options) {
+  cmd->add_option("--sparse-phases", options.sparse_phases,
+                  "Kascade: which phases are sparse: decode (dense prefill), both, prefill")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, attention::SparsePhases>{{"both", attention::SparsePhases::Both},
+                                                         {"decode", attention::SparsePhases::DecodeOnly},
+                                                         {"prefill", attention::SparsePhases::PrefillOnly}},
+          CLI::ignore_case))
+      ->default_str("decode");
+  cmd->add_flag_callback(
+      "--reuse", [&options] { options.all_anchors = false; },
+      "Kascade: reuse layers as the profile says (the paper's cross-layer reuse; faster, but it lost "
+      "needles on real models: docs/accuracy.md); default: every layer selects its own keys");
 }
 
 void register_info(CLI::App& app) {

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "attention/strategies.h"
 #include "kascade/profile.h"
 #include "model/model.h"
 
@@ -26,5 +27,8 @@ inline constexpr int64_t kMaxThreads = 1024;
 // Checks a count flag: a whole number in [0, max] (CLI::NonNegativeNumber
 // would print its bound as a 309-digit number).
 CLI::Validator count_flag(int64_t max);
+
+// Kascade's mode flags, shared by generate and serve: --sparse-phases and --reuse.
+void add_kascade_mode_flags(CLI::App* cmd, attention::StrategyOptions& options);
 
 }  // namespace kascade::cli

@@ -111,8 +111,9 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--device", args->device, fmt::format("Where to run: {}", engine::supported_devices()))
       ->capture_default_str();
   cmd->add_option("--strategies", args->strategies,
-                  "Comma-separated strategies: NAME[-p<percent>][-all-heads-pooled|-no-remap|-pre-softmax-pooling|"
-                  "-fixed-budget], e.g. dense,kascade,kascade-p5,kascade-no-remap,quest,streaming")
+                  "Comma-separated strategies: NAME[-p<percent>][-mink<keys>][-reuse][-sparse-prefill|-prefill-only]"
+                  "[-refine<c>][-all-heads-pooled|-no-remap|-pre-softmax-pooling|-fixed-budget|-own-tile-in-budget], "
+                  "e.g. dense,kascade,kascade-reuse-sparse-prefill (the paper's method),omnikv,quest")
       ->capture_default_str();
   cmd->add_option("--budget", o.budget_percent, "Sparse budget in percent for entries without -p<percent>")
       ->capture_default_str();

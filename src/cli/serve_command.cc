@@ -90,13 +90,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--min-k", a.min_k, "Keys below which attention stays dense")->capture_default_str();
   cmd->add_option("--tile", a.tile, "Kascade prefill query tile")->capture_default_str();
   cmd->add_option("--profile", args->profile, "Kascade calibration profile (JSON; default: the shipped one)");
-  cmd->add_option("--sparse-phases", a.sparse_phases, "Kascade: which phases are sparse: both, decode, prefill")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, attention::SparsePhases>{{"both", attention::SparsePhases::Both},
-                                                         {"decode", attention::SparsePhases::DecodeOnly},
-                                                         {"prefill", attention::SparsePhases::PrefillOnly}},
-          CLI::ignore_case))
-      ->default_str("both");
+  add_kascade_mode_flags(cmd, a);
 #ifdef KASCADE_HAVE_SERVER
   server::ServerOptions& s = args->server;
   cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str();

@@ -8,12 +8,14 @@
 //   -no-remap              Kascade: reuse layer head h reads anchor head h
 //   -pre-softmax-pooling   Kascade: pool logits instead of probabilities
 //   -fixed-budget          Kascade: no rolling per-tile prefill budget
-//   -decode-only           Kascade: dense prefill, sparse decode
+//   -reuse                 Kascade: reuse layers as the profile says (default:
+//                          every layer an anchor; docs/accuracy.md says why)
+//   -sparse-prefill        Kascade: sparse prefill too (default: dense prefill)
 //   -prefill-only          Kascade: sparse prefill, dense decode
-//   -all-anchors           Kascade: every layer an anchor (no reuse)
 //   -own-tile-in-budget    Kascade: a prefill tile's own keys count in its budget
-//   -refine<c>             Kascade: refined reuse with c x budget candidates
-// e.g. dense, kascade, kascade-p5, kascade-no-remap, kascade-refine3-decode-only, quest-p20.
+//   -refine<c>             Kascade: refined reuse with c x budget candidates (with -reuse)
+// e.g. dense, kascade, kascade-p5, kascade-reuse-sparse-prefill (the paper's
+// method), kascade-reuse-refine3, quest-p20.
 #pragma once
 
 #include <string>

@@ -86,8 +86,9 @@ void parse_kascade(const json& k, attention::StrategyOptions& a, const ApiDefaul
   if (k.is_null()) return;
   if (!k.is_object()) bad("kascade", fmt::format("'kascade' must be an object, got {}", type_name(k)));
   for (const auto& [key, value] : k.items())
-    if (key != "attention" && key != "budget" && key != "min_k" && key != "sparse_phases")
-      bad("kascade." + key, fmt::format("unknown field 'kascade.{}' (known: attention, budget, min_k, sparse_phases)", key));
+    if (key != "attention" && key != "budget" && key != "min_k" && key != "sparse_phases" && key != "reuse")
+      bad("kascade." + key,
+          fmt::format("unknown field 'kascade.{}' (known: attention, budget, min_k, sparse_phases, reuse)", key));
   const json& name = field(k, "attention");
   if (!name.is_null()) {
     if (!name.is_string()) bad("kascade.attention", fmt::format("'kascade.attention' must be a string, got {}", type_name(name)));
@@ -107,6 +108,11 @@ void parse_kascade(const json& k, attention::StrategyOptions& a, const ApiDefaul
     else if (phases == "decode") a.sparse_phases = attention::SparsePhases::DecodeOnly;
     else if (phases == "prefill") a.sparse_phases = attention::SparsePhases::PrefillOnly;
     else bad("kascade.sparse_phases", "'kascade.sparse_phases' must be \"both\", \"decode\" or \"prefill\"");
+  }
+  const json& reuse = field(k, "reuse");
+  if (!reuse.is_null()) {
+    if (!reuse.is_boolean()) bad("kascade.reuse", fmt::format("'kascade.reuse' must be true or false, got {}", type_name(reuse)));
+    a.all_anchors = !reuse.get<bool>();
   }
 }
 

@@ -10,7 +10,7 @@
 // min_p [0, 1], repeat_penalty / repetition_penalty > 0, seed, stop (a
 // string or up to 4), n = 1, stream, stream_options.include_usage, and the
 // extension "kascade": {"attention": NAME, "budget": P, "min_k": K,
-// "sparse_phases": "both"|"decode"|"prefill"}. Other OpenAI fields are
+// "sparse_phases": "both"|"decode"|"prefill", "reuse": BOOL}. Other OpenAI fields are
 // ignored, except those asking for what the server does not do (n > 1,
 // logprobs, echo, best_of > 1, tools, suffix), which are refused.
 #pragma once

@@ -157,6 +157,8 @@ attention::StrategyOptions dense() { return {}; }
 attention::StrategyOptions kascade_options(const engine::Backend& backend, double percent, int64_t min_k) {
   attention::StrategyOptions o;
   o.name = "kascade";
+  o.sparse_phases = attention::SparsePhases::Both;  // the method with reuse: the defaults are a subset
+  o.all_anchors = false;
   o.budget_percent = percent;
   o.min_k = min_k;
   o.profile = default_profile(backend.config().attention_shape());
