@@ -170,15 +170,19 @@ def run_level(target, prompts, concurrency, rounds, max_tokens):
     span = (max(lasts) - min(firsts)) if firsts else float("nan")
     per_stream = [(n - 1) / (times[-1] - times[0]) for _, times, n in results if len(times) > 1 and times[-1] > times[0]]
     # Steady decode: from the moment every stream has its first token (all
-    # prompts prefilled) to the moment the first stream ends, every stream
-    # decodes and nothing else runs; the tokens streamed in that window over
+    # prompts prefilled) to the moment the first stream still running then
+    # ends, every such stream decodes and nothing else runs; the tokens streamed in that window over
     # its length are the batched decode rate at this concurrency.
-    steady = float("nan")
+    # (A stream that ended, by its end token, before the last prompt was
+    # prefilled is not in that batch; steady_streams counts those that are.)
+    steady, steady_streams = float("nan"), 0
     if len(firsts) == len(results) and results:
-        begin, end = max(firsts), min(lasts)
-        if end > begin:
-            inside = sum(1 for _, times, _ in results for t in times if begin < t <= end)
-            steady = inside / (end - begin)
+        begin = max(firsts)
+        running = [times for _, times, _ in results if times[-1] > begin]
+        if running:
+            end = min(times[-1] for times in running)
+            inside = sum(1 for times in running for t in times if begin < t <= end)
+            steady, steady_streams = inside / (end - begin), len(running)
     return {
         "concurrency": concurrency,
         "requests": len(results),
@@ -190,6 +194,7 @@ def run_level(target, prompts, concurrency, rounds, max_tokens):
         "decode_tok_s": decoded / span if span > 0 else float("nan"),
         "per_stream_decode_tok_s": statistics.mean(per_stream) if per_stream else float("nan"),
         "steady_decode_tok_s": steady,
+        "steady_streams": steady_streams,
         "ttft_p50_s": percentile(ttft, 50),
         "ttft_p99_s": percentile(ttft, 99),
         "itl_p50_ms": 1e3 * percentile(gaps, 50),
