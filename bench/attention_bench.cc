@@ -152,6 +152,8 @@ void check(KvType kv) {
   for (float& x : queries) x = 2 * normal(rng);
   StrategyOptions full;
   full.name = "kascade";
+  full.sparse_phases = SparsePhases::Both;
+  full.all_anchors = false;
   full.budget_percent = 100;
   auto kascade = make_strategy(full, kShape);
   auto dense = make_dense(kShape);
@@ -197,8 +199,12 @@ int main(int argc, char** argv) {
     const KvType type = kv == "f16" ? KvType::F16 : KvType::F32;
     check(type);
 
+    // The paper's schedule, which has every layer type; the default mode
+    // (dense prefill, every layer an anchor) runs anchor layers throughout.
     StrategyOptions options;
     options.name = "kascade";
+    options.sparse_phases = SparsePhases::Both;
+    options.all_anchors = false;
     options.budget_percent = percent;
     options.profile = default_profile(kShape);
     options.profile->anchors = scale_layers(std::vector<int>{0, 2, 8, 13, 14}, kShape.n_layers);

@@ -5,7 +5,7 @@
 // strategies) and writes a CSV.
 //
 //   attention_quality_bench [--model PATH] [--text FILE] [--tokens 8000]
-//       [--strategies kascade,oracle-topk,streaming,quest,omnikv,lessismore]
+//       [--strategies kascade,kascade-reuse-sparse-prefill,oracle-topk,streaming,quest,omnikv,lessismore]
 //       [--budget 10] [--decode-tokens 16] [--profile P] [--csv FILE]
 #include <filesystem>
 #include <fstream>
@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/model_cache.h"
+#include "eval/strategy_spec.h"
 #include "model/fingerprint.h"
 #include "model/model.h"
 #include "ops/threading.h"
@@ -56,7 +57,7 @@ int main(int argc, char** argv) {
   std::string model_path = default_model_path();
   // Debian prose, the haystack that `kascade eval` fills its prompts with.
   std::string text_path = std::string(KASCADE_SOURCE_DIR) + "/data/haystack/haystack.txt";
-  std::vector<std::string> strategies = {"kascade", "oracle-topk", "streaming", "quest", "omnikv", "lessismore"};
+  std::vector<std::string> strategies = {"kascade", "kascade-reuse-sparse-prefill", "oracle-topk", "streaming", "quest", "omnikv", "lessismore"};
   std::string profile_path, csv_path;
   int64_t n_tokens = 8000, decode_tokens = 16;
   double budget = 10;
@@ -88,10 +89,8 @@ int main(int argc, char** argv) {
 
     std::map<std::string, Collector> results;
     for (const std::string& name : strategies) {
-      attention::StrategyOptions options;
-      options.name = name;
-      options.budget_percent = budget;
-      if (name == "kascade" && !profile_path.empty())
+      attention::StrategyOptions options = eval::parse_strategy_spec(name, budget).options;
+      if (options.name == "kascade" && !profile_path.empty())
         options.profile = model::load_checked_profile(profile_path, config.attention_shape(), model.file());
       Collector& collector = results[name];
       model::Sequence seq = model.new_sequence(

@@ -50,7 +50,7 @@ if [[ $what != test ]]; then
     "$bin/kascade" synth --preset llama-3.1-8b --type "${SYNTH_TYPE:-bf16}" -o "$model" -q || { echo "synth failed"; exit 1; }
   fi
   "$bin/engine_bench" --model "$model" --device cuda --contexts "${CONTEXTS:-1024,32768}" \
-    --batches "${BATCHES:-1,16}" --strategies dense,kascade --repeats 1 --decode-steps 12 2>&1 | tee "$OUT/engine_bench.log"
+    --batches "${BATCHES:-1,16}" --strategies dense,kascade,kascade-reuse-sparse-prefill --repeats 1 --decode-steps 12 2>&1 | tee "$OUT/engine_bench.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 exit $status
