@@ -217,7 +217,10 @@ TEST(AttentionStrategies, StreamingKeepsARecentWindowWhateverTheSinks) {
       for (const int64_t position : {int64_t(20), c.n / 2, c.n - 1}) {
         std::vector<std::vector<int32_t>> keys(size_t(c.shape.n_heads));
         Stats unused;
-        ref.expected(p, {.n_queries = 1, .first_position = position}, *fast, keys, unused);
+        Step step;
+        step.n_queries = 1;
+        step.first_position = position;
+        ref.expected(p, step, *fast, keys, unused);
         for (const std::vector<int32_t>& set : keys)
           ASSERT_TRUE(!set.empty() && set.back() == position) << "position " << position << " sinks " << sinks;
       }

@@ -19,8 +19,10 @@ class Bytes {
   explicit Bytes(std::vector<uint8_t>& out) : out_(out) {}
   template <typename T>
   void put(T value) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&value);
-    out_.insert(out_.end(), p, p + sizeof value);
+    // resize + memcpy: GCC 12 misreads a range insert from a scalar as out of bounds.
+    const size_t at = out_.size();
+    out_.resize(at + sizeof value);
+    std::memcpy(out_.data() + at, &value, sizeof value);
   }
   void string(const std::string& text) {
     put<uint64_t>(text.size());

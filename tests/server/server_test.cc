@@ -142,7 +142,9 @@ TEST(ServerApi, BadInputIs400NamingTheParameter) {
     const ApiError e = error_of(c.endpoint, c.body);
     EXPECT_EQ(e.status, 400) << c.body;
     EXPECT_EQ(e.param, c.param) << c.body << ": " << e.what();
-    if (!c.code.empty()) EXPECT_EQ(e.code, c.code) << c.body;
+    if (!c.code.empty()) {
+      EXPECT_EQ(e.code, c.code) << c.body;
+    }
     EXPECT_FALSE(std::string(e.what()).empty());
   }
 }
