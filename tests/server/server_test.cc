@@ -73,7 +73,12 @@ TEST(ServerApi, KascadeFieldChoosesTheAttention) {
   EXPECT_DOUBLE_EQ(r.attention.budget_percent, 5);
   EXPECT_EQ(r.attention.min_k, 32);
   EXPECT_EQ(r.attention.sparse_phases, attention::SparsePhases::DecodeOnly);
+  EXPECT_TRUE(r.attention.all_anchors);  // the default: no reuse
   EXPECT_TRUE(r.attention.profile.has_value());
+  const ApiRequest paper = parse_request(
+      Endpoint::Completion, R"({"prompt": "x", "kascade": {"reuse": true, "sparse_phases": "both"}})", d);
+  EXPECT_FALSE(paper.attention.all_anchors);
+  EXPECT_EQ(paper.attention.sparse_phases, attention::SparsePhases::Both);
   // Without the field: the command line's choice.
   d.attention.name = "kascade";
   d.attention.budget_percent = 20;
@@ -137,6 +142,7 @@ TEST(ServerApi, BadInputIs400NamingTheParameter) {
       {Endpoint::Completion, R"({"prompt": "x", "kascade": {"budget": 101}})", "budget"},
       {Endpoint::Completion, R"({"prompt": "x", "kascade": {"bduget": 5}})", "kascade.bduget"},
       {Endpoint::Completion, R"({"prompt": "x", "kascade": {"sparse_phases": "all"}})", "kascade.sparse_phases"},
+      {Endpoint::Completion, R"({"prompt": "x", "kascade": {"reuse": 1}})", "kascade.reuse"},
   };
   for (const BadCase& c : cases) {
     const ApiError e = error_of(c.endpoint, c.body);
