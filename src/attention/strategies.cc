@@ -59,7 +59,8 @@ std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, const Sh
   if (options.refine_factor < 1 || options.refine_factor > 64)
     fail("refine factor {} must be in [1, 64]", options.refine_factor);
   if (options.name == "kascade" && options.refine_factor > 1 && options.all_anchors)
-    fail("refined reuse (refine factor {}) needs reuse: every layer is an anchor", options.refine_factor);
+    fail("refined reuse (refine factor {}) needs reuse (--reuse; in eval: kascade-reuse-refine{}): by default "
+         "every layer is an anchor", options.refine_factor, options.refine_factor);
   if (options.sink_tokens < 0) fail("sink tokens {} must not be negative", options.sink_tokens);
   if (options.page_size <= 0) fail("page size {} must be positive", options.page_size);
   check_fraction(options.window_fraction, "window fraction");
