@@ -517,6 +517,9 @@ std::vector<Row> rows() {
                text_file("file", "keep")});
 
   // ---- 9. Degenerate settings.
+  r.push_back({"RefineWithoutReuse", tiny_generate({"--attention", "kascade", "--refine", "3"}), 1,
+               "needs reuse (--reuse"});
+  r.push_back({"RefineWithReuse", tiny_generate({"--attention", "kascade", "--reuse", "--refine", "3"}), 0, ""});
   r.push_back({"StreamingMoreSinksThanBudget",
                {"generate", "-m", "{tiny}", "--raw", "-f", "{dir}/words.txt", "-n", "4", "-q", "--attention",
                 "streaming", "--sinks", "500", "--min-k", "16"},
