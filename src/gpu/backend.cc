@@ -244,6 +244,8 @@ class CudaBackend final : public engine::Backend {
   float* logits_of_last(StepBuffers& b, const float* x_rows, int64_t n);
   // Every kernel of a decode step whose metadata is on the device.
   void decode_kernels(const CudaSequence& plan, int64_t batch, int64_t stride, int bucket);
+  // The fields of a QkvStep fixed by the model and the page size; a step sets the rest.
+  QkvStep model_qkv_step() const;
   void sync(const char* what) { check(cudaStreamSynchronize(stream_), what); }
 
   gguf::File file_;
@@ -553,18 +555,9 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
     prefill_.indices.get(int64_t(c.n_kv_heads) * prefill_layout_.per_head(), "Kascade index sets");
   }
 
-  QkvStep qkv_template;
-  qkv_template.n_heads = c.n_heads;
-  qkv_template.n_kv_heads = c.n_kv_heads;
-  qkv_template.head_dim = c.head_dim;
-  qkv_template.norm_epsilon = c.rms_epsilon;
-  qkv_template.inverse_frequencies = inverse_frequencies_.as<float>();
-  qkv_template.rope_dim = c.rope.rope_dim;
-  qkv_template.interleaved_rope = c.rope.style == ops::RopeStyle::Interleaved;
-  qkv_template.query_scale = c.query_scale;
+  QkvStep qkv_template = model_qkv_step();
   qkv_template.page_table = page_table;
   qkv_template.page_table_stride = int64_t(seq.pages_.size());
-  qkv_template.page_shift = std::countr_zero(unsigned(options_.page_size));
   qkv_template.contiguous_keys = contiguous_keys;
   qkv_template.contiguous_values = contiguous_values;
   qkv_template.contiguous_capacity = n;
@@ -611,6 +604,21 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
   return host;
 }
 
+QkvStep CudaBackend::model_qkv_step() const {
+  const model::Config& c = config_;
+  QkvStep step;
+  step.n_heads = c.n_heads;
+  step.n_kv_heads = c.n_kv_heads;
+  step.head_dim = c.head_dim;
+  step.norm_epsilon = c.rms_epsilon;
+  step.inverse_frequencies = inverse_frequencies_.as<float>();
+  step.rope_dim = c.rope.rope_dim;
+  step.interleaved_rope = c.rope.style == ops::RopeStyle::Interleaved;
+  step.query_scale = c.query_scale;
+  step.page_shift = std::countr_zero(unsigned(options_.page_size));
+  return step;
+}
+
 void CudaBackend::clear_graphs() {
   for (auto& [key, graph] : graphs_) cudaGraphExecDestroy(graph);
   graphs_.clear();
@@ -623,20 +631,11 @@ void CudaBackend::decode_kernels(const CudaSequence& plan, int64_t B, int64_t st
   const model::Config& c = config_;
   const int* meta = decode_.meta.memory.as<int>();
   float* x = decode_.x.memory.as<float>();
-  QkvStep qkv_template;
-  qkv_template.n_heads = c.n_heads;
-  qkv_template.n_kv_heads = c.n_kv_heads;
-  qkv_template.head_dim = c.head_dim;
-  qkv_template.norm_epsilon = c.rms_epsilon;
-  qkv_template.inverse_frequencies = inverse_frequencies_.as<float>();
-  qkv_template.rope_dim = c.rope.rope_dim;
-  qkv_template.interleaved_rope = c.rope.style == ops::RopeStyle::Interleaved;
-  qkv_template.query_scale = c.query_scale;
+  QkvStep qkv_template = model_qkv_step();
   qkv_template.positions = meta + B;
   qkv_template.sequence_of = meta + 3 * B;
   qkv_template.page_table = meta + 4 * B;
   qkv_template.page_table_stride = stride;
-  qkv_template.page_shift = std::countr_zero(unsigned(options_.page_size));
   qkv_template.queries = decode_.queries.memory.as<uint16_t>();
 
   // max_seq_len is the length bucket: the kernels size grids and splits from

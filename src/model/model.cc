@@ -104,6 +104,27 @@ void reserve_rows(Activations& a, const Config& c, int64_t n) {
   a.tokens = n;
 }
 
+// Q, K and V of n rows of the normed input: the products (through `project`,
+// which books their time), Qwen2's biases and Qwen3's Q/K norms; RoPE is the
+// caller's, as positions differ between one sequence and a batch of them.
+template <typename Project>
+void project_qkv(const Config& c, const LayerWeights& w, const float* normed, int64_t n, Project&& project, float* q,
+                 float* k, float* v) {
+  const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+  project(w.q, normed, q);
+  project(w.k, normed, k);
+  project(w.v, normed, v);
+  if (!w.q_bias.empty()) {
+    ops::add_bias(q, w.q_bias.data(), n, q_dim);
+    ops::add_bias(k, w.k_bias.data(), n, kv_dim);
+    ops::add_bias(v, w.v_bias.data(), n, kv_dim);
+  }
+  if (!w.q_norm.empty()) {
+    ops::rms_norm(q, w.q_norm.data(), q, n * c.n_heads, c.head_dim, c.rms_epsilon);
+    ops::rms_norm(k, w.k_norm.data(), k, n * c.n_kv_heads, c.head_dim, c.rms_epsilon);
+  }
+}
+
 }  // namespace
 
 Config read_config(const gguf::File& file) {
@@ -286,7 +307,7 @@ void Model::forward(Sequence& seq, std::span<const int32_t> tokens, int64_t n_lo
     matmul_seconds += clock.seconds();
   };
 
-  const int64_t D = c.d_model, q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+  const int64_t D = c.d_model, q_dim = int64_t(c.n_heads) * c.head_dim;
   Activations& a = seq.activations;
   reserve_rows(a, c, n);
   float *x = a.x.data(), *normed = a.normed.data(), *projected = a.projected.data();
@@ -302,18 +323,9 @@ void Model::forward(Sequence& seq, std::span<const int32_t> tokens, int64_t n_lo
     const LayerWeights& w = weights_.layers[size_t(l)];
     const bool local = c.is_local_layer(l);
     ops::rms_norm(x, w.attn_norm.data(), normed, n, D, c.rms_epsilon);
-    project(w.q, normed, n, q);
-    project(w.k, normed, n, k);
-    project(w.v, normed, n, v);
-    if (!w.q_bias.empty()) {
-      ops::add_bias(q, w.q_bias.data(), n, q_dim);
-      ops::add_bias(k, w.k_bias.data(), n, kv_dim);
-      ops::add_bias(v, w.v_bias.data(), n, kv_dim);
-    }
-    if (!w.q_norm.empty()) {
-      ops::rms_norm(q, w.q_norm.data(), q, n * c.n_heads, c.head_dim, c.rms_epsilon);
-      ops::rms_norm(k, w.k_norm.data(), k, n * c.n_kv_heads, c.head_dim, c.rms_epsilon);
-    }
+    project_qkv(
+        c, w, normed, n, [&](const ops::Weight& weight, const float* in, float* out) { project(weight, in, n, out); },
+        q, k, v);
     const ops::Rope& rope = local ? c.local_rope : c.rope;
     rope.apply(q, n, first_position, c.n_heads, c.head_dim);
     rope.apply(k, n, first_position, c.n_kv_heads, c.head_dim);
@@ -431,18 +443,7 @@ void Model::decode(std::span<Sequence* const> seqs, std::span<const int32_t> tok
     const bool local = c.is_local_layer(l);
     const int index = local ? local_index++ : global_index++;
     ops::rms_norm(x, w.attn_norm.data(), normed, n, D, c.rms_epsilon);
-    project(w.q, normed, q);
-    project(w.k, normed, k);
-    project(w.v, normed, v);
-    if (!w.q_bias.empty()) {
-      ops::add_bias(q, w.q_bias.data(), n, q_dim);
-      ops::add_bias(k, w.k_bias.data(), n, kv_dim);
-      ops::add_bias(v, w.v_bias.data(), n, kv_dim);
-    }
-    if (!w.q_norm.empty()) {
-      ops::rms_norm(q, w.q_norm.data(), q, n * c.n_heads, c.head_dim, c.rms_epsilon);
-      ops::rms_norm(k, w.k_norm.data(), k, n * c.n_kv_heads, c.head_dim, c.rms_epsilon);
-    }
+    project_qkv(c, w, normed, n, project, q, k, v);
     const ops::Rope& rope = local ? c.local_rope : c.rope;
     for (int64_t i = 0; i < n; ++i) {
       Sequence& seq = *seqs[size_t(i)];
