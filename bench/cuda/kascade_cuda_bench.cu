@@ -94,7 +94,7 @@ T* device_alloc(int64_t count) {
 // shape, as an engine's KV pool would be. With a cudaMalloc / cudaFree per
 // shape (KASCADE_BENCH_ARENA=0), shapes allocated after the batch-64 ones
 // had been freed ran up to 16 % slower than the same shapes in a fresh
-// process (run 28: batch-8 dense 0.287 vs 0.254 ms at 32K), and cuDNN is
+// process (batch-8 dense 0.287 vs 0.254 ms at 32K), and cuDNN is
 // timed in a process of its own.
 class KvArena {
  public:
@@ -133,8 +133,8 @@ class KvArena {
 // Times with CUDA events around each call, after evicting the L2 by reading
 // a 256 MB buffer: the L2 is left holding clean lines, as the weight reads
 // between two layers' attention leave it in a model. KASCADE_BENCH_FLUSH=write
-// writes the buffer instead (runs 1-31): the L2 is then full of dirty lines,
-// whose write-back the timed call pays (~7 us, run 32).
+// writes the buffer instead: the L2 is then full of dirty lines, whose
+// write-back the timed call pays (~7 us).
 struct Timer {
   cudaEvent_t start, stop;
   void* flush = nullptr;
@@ -492,7 +492,7 @@ int main(int argc, char** argv) {
             bench_prefill(Shape{bf16, 1, 32, 8, 128, n}, budget, 32, timer, n >= 65536 ? 3 : 5);
       if (only_n == 0) {
         for (int n : {8192, 32768}) bench_prefill(Shape{false, 1, 9, 3, 64, n}, budget, 32, timer, 5);
-        // head_dim 256 (Gemma 3 4B's attention), on the Hopper core since run 42.
+        // head_dim 256 (Gemma 3 4B's attention), on the Hopper core.
         for (int n : {8192, 32768}) bench_prefill(Shape{false, 1, 8, 4, 256, n}, budget, 32, timer, 5);
       }
     }
