@@ -173,15 +173,16 @@ void run_generate(const GenerateArgs& args) {
   }
   write_stdout("\n");
   if (args.quiet) return;
+  const std::string device_memory = backend->memory_report();
   const double prefill_rate = double(result.prompt_tokens) / std::max(result.prefill_seconds, 1e-9);
   const double decode_rate =
       result.tokens.size() > 1 ? double(result.tokens.size() - 1) / std::max(result.decode_seconds, 1e-9) : 0.0;
   fmt::print(stderr,
              "\n--- {} | {} | attention {} | prompt {} tokens | prefill {:.1f} tok/s ({:.2f} s) | "
-             "generated {} tokens, decode {:.1f} tok/s | stop: {} | KV cache {} | peak memory {}\n",
+             "generated {} tokens, decode {:.1f} tok/s | stop: {} | KV cache {} | peak memory {}{}\n",
              config.name, backend->device_name(), result.attention_name, result.prompt_tokens, prefill_rate,
              result.prefill_seconds, result.tokens.size(), decode_rate, result.stop_reason, format_bytes(result.kv_bytes),
-             format_bytes(peak_resident_bytes()));
+             format_bytes(peak_resident_bytes()), device_memory.empty() ? "" : " | " + device_memory);
 }
 
 void run_info(const std::string& path) {

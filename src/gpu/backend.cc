@@ -6,8 +6,6 @@
 //   to the residual -> final RMSNorm -> logits of the last position(s).
 #include "gpu/backend.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <bit>
 #include <map>
@@ -22,6 +20,7 @@
 #include "cuda/kascade_cuda.h"
 #include "gpu/device.h"
 #include "gpu/gemm.h"
+#include "gpu/matrix.h"
 #include "gpu/ops.h"
 #include "kascade/budget.h"
 #include "kascade/schedule.h"
@@ -36,45 +35,6 @@ using engine::BackendSequence;
 // ---------------------------------------------------------------------------
 // Weights.
 
-// The rows of every part, one after another, dequantized and rounded to bf16.
-std::vector<uint16_t> bf16_rows(std::initializer_list<const ops::Weight*> parts) {
-  int64_t rows = 0;
-  const int64_t cols = (*parts.begin())->cols;
-  for (const ops::Weight* w : parts) {
-    if (w->cols != cols) fail("cannot stack {} ({} columns) under {} columns", w->name, w->cols, cols);
-    rows += w->rows;
-  }
-  std::vector<uint16_t> out(size_t(rows * cols));
-  int64_t first = 0;
-  for (const ops::Weight* w : parts) {
-#pragma omp parallel
-    {
-      std::vector<float> row(static_cast<size_t>(cols));
-#pragma omp for schedule(static)
-      for (int64_t r = 0; r < w->rows; ++r) {
-        ops::dequantize_weight_row(*w, r, row.data());
-        uint16_t* dst = out.data() + (first + r) * cols;
-        for (int64_t c = 0; c < cols; ++c) dst[c] = fp32_to_bf16(row[size_t(c)]);
-      }
-    }
-    first += w->rows;
-  }
-  return out;
-}
-
-struct DeviceMatrix {
-  DeviceMemory memory;
-  Matrix view;
-};
-
-DeviceMatrix upload_matrix(std::initializer_list<const ops::Weight*> parts, const char* what) {
-  DeviceMatrix m;
-  const std::vector<uint16_t> host = bf16_rows(parts);
-  m.memory = upload(host, what);
-  m.view = {m.memory.as<uint16_t>(), int64_t(host.size()) / (*parts.begin())->cols, (*parts.begin())->cols};
-  return m;
-}
-
 // An optional fp32 vector: no allocation when empty.
 DeviceMemory upload_optional(const std::vector<float>& values, const char* what) {
   return values.empty() ? DeviceMemory() : upload(values, what);
@@ -85,7 +45,22 @@ struct Layer {
   DeviceMemory attn_norm, ffn_norm, q_bias, k_bias, v_bias, q_norm, k_norm;
 };
 
-uint64_t matrix_bytes(const ops::Weight& w) { return uint64_t(w.rows) * uint64_t(w.cols) * 2; }
+// Bytes of the parts on the device, stacked as upload_matrix stacks them.
+uint64_t stacked_bytes(std::initializer_list<const ops::Weight*> parts) {
+  int64_t rows = 0;
+  for (const ops::Weight* w : parts) rows += w->rows;
+  return device_bytes(device_format(parts), rows, (*parts.begin())->cols);
+}
+
+// The buffer a quantized matrix is dequantized into for cuBLAS: its largest
+// bf16 slice, capped (a bigger matrix goes through in slices of rows).
+size_t dequantize_buffer_bytes(std::initializer_list<const ops::Weight*> parts, size_t current) {
+  constexpr size_t kCap = size_t(128) << 20;
+  if (device_format(parts) == MatrixFormat::BF16) return current;
+  int64_t rows = 0;
+  for (const ops::Weight* w : parts) rows += w->rows;
+  return std::max(current, std::min(kCap, size_t(rows) * size_t((*parts.begin())->cols) * 2));
+}
 
 // ---------------------------------------------------------------------------
 // The paged KV cache: per layer a pool of pages [page][n_kv_heads][page_size][head_dim] fp16.
@@ -168,6 +143,16 @@ struct StepBuffers {
   Buffer<int> indices, counts;                            // Kascade index sets
   Buffer<int64_t> tile_offsets;
   kc::Workspace attention;
+
+  size_t bytes() const {
+    size_t total = attention.high_water();
+    for (const DeviceMemory* m : {&x.memory, &qkv.memory, &gate_up.memory, &logits.memory, &normed.memory,
+                                  &queries.memory, &attended.memory, &attended_bf16.memory, &activated.memory,
+                                  &contiguous_keys.memory, &contiguous_values.memory, &meta.memory, &indices.memory,
+                                  &counts.memory, &tile_offsets.memory})
+      total += m->bytes();
+    return total;
+  }
 };
 
 // ---------------------------------------------------------------------------
@@ -231,6 +216,11 @@ class CudaBackend final : public engine::Backend {
     return static_cast<const CudaSequence&>(sequence).plan_;
   }
   int64_t max_decode_batch() const override { return options_.max_batch; }
+  std::string memory_report() const override {
+    return fmt::format("GPU memory: weights {}, KV pages {} ({} tokens), buffers {}", gib(weight_bytes_),
+                       gib(uint64_t(pool_->n_pages()) * pool_->page_bytes()), pool_->n_pages() * options_.page_size,
+                       gib(blas_->workspace_bytes() + prefill_.bytes() + decode_.bytes()));
+  }
 
   KvPool& pool() { return *pool_; }
 
@@ -253,8 +243,10 @@ class CudaBackend final : public engine::Backend {
   BackendOptions options_;
   DeviceInfo device_;
   cudaStream_t stream_ = nullptr;
-  Blas blas_;
-  DeviceMemory embedding_, output_norm_, inverse_frequencies_;
+  std::unique_ptr<Blas> blas_;
+  uint64_t weight_bytes_ = 0;  // on the device
+  DeviceMatrix embedding_;
+  DeviceMemory output_norm_, inverse_frequencies_;
   DeviceMatrix output_;  // empty when tied to the embedding
   Matrix output_view_;
   std::vector<Layer> layers_;
@@ -306,24 +298,32 @@ CudaBackend::CudaBackend(const std::string& path, const BackendOptions& options)
   const model::Weights weights = model::read_weights(file_, c);
 
   // Everything must fit before anything is uploaded.
-  uint64_t weight_bytes = matrix_bytes(weights.token_embedding);
-  if (weights.output.data != weights.token_embedding.data) weight_bytes += matrix_bytes(weights.output);
-  for (const model::LayerWeights& w : weights.layers)
-    for (const ops::Weight* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) weight_bytes += matrix_bytes(*m);
+  const bool tied_output = weights.output.data == weights.token_embedding.data;
+  uint64_t weight_bytes = stacked_bytes({&weights.token_embedding});
+  size_t dequantize_bytes = dequantize_buffer_bytes({&weights.token_embedding}, 0);
+  if (!tied_output) {
+    weight_bytes += stacked_bytes({&weights.output});
+    dequantize_bytes = dequantize_buffer_bytes({&weights.output}, dequantize_bytes);
+  }
+  for (const model::LayerWeights& w : weights.layers) {
+    weight_bytes += stacked_bytes({&w.q, &w.k, &w.v}) + stacked_bytes({&w.o}) + stacked_bytes({&w.gate, &w.up}) +
+                    stacked_bytes({&w.down});
+    for (const auto parts : {std::initializer_list<const ops::Weight*>{&w.q, &w.k, &w.v}, {&w.o}, {&w.gate, &w.up},
+                             {&w.down}})
+      dequantize_bytes = dequantize_buffer_bytes(parts, dequantize_bytes);
+  }
   constexpr uint64_t kReserve = uint64_t(2) << 30;  // step buffers, cuBLAS, the CUDA context
-  if (weight_bytes + kReserve > device_.free_bytes)
-    fail("{}: the weights need {} on the GPU in bf16 (plus {} for buffers); {} has {} free of {}", path,
-         gib(weight_bytes), gib(kReserve), device_.name, gib(device_.free_bytes), gib(device_.total_bytes));
+  if (weight_bytes + dequantize_bytes + kReserve > device_.free_bytes)
+    fail("{}: the weights need {} on the GPU (plus {} for buffers); {} has {} free of {}", path, gib(weight_bytes),
+         gib(dequantize_bytes + kReserve), device_.name, gib(device_.free_bytes), gib(device_.total_bytes));
+  weight_bytes_ = weight_bytes;
 
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  embedding_ = upload(bf16_rows({&weights.token_embedding}), "the token embedding");
+  blas_ = std::make_unique<Blas>(dequantize_bytes);
+  embedding_ = upload_matrix({&weights.token_embedding}, "the token embedding");
   output_norm_ = upload(weights.output_norm, "the output norm");
-  if (weights.output.data != weights.token_embedding.data) {
-    output_ = upload_matrix({&weights.output}, "the output matrix");
-    output_view_ = output_.view;
-  } else {
-    output_view_ = {embedding_.as<uint16_t>(), c.vocab_size, c.d_model};
-  }
+  if (!tied_output) output_ = upload_matrix({&weights.output}, "the output matrix");
+  output_view_ = tied_output ? embedding_.view : output_.view;
   inverse_frequencies_ = upload(c.rope.inverse_frequencies, "RoPE frequencies");
   for (const model::LayerWeights& w : weights.layers) {
     Layer layer;
@@ -436,7 +436,7 @@ void CudaBackend::project_qkv(StepBuffers& b, const Layer& w, int layer, float* 
                               const QkvStep& qkv_template) {
   const model::Config& c = config_;
   rms_norm(x, w.attn_norm.as<float>(), int(n), c.d_model, c.rms_epsilon, b.normed.memory.as<uint16_t>(), stream_);
-  blas_.matmul(w.qkv.view, b.normed.memory.as<uint16_t>(), n, b.qkv.memory.as<float>(), 0.0f, stream_);
+  blas_->matmul(w.qkv.view, b.normed.memory.as<uint16_t>(), n, b.qkv.memory.as<float>(), 0.0f, stream_);
   QkvStep qkv = qkv_template;
   qkv.qkv = b.qkv.memory.as<float>();
   qkv.n = int(n);
@@ -452,20 +452,13 @@ void CudaBackend::project_qkv(StepBuffers& b, const Layer& w, int layer, float* 
 
 void CudaBackend::feed_forward(StepBuffers& b, const Layer& w, const uint16_t* attended, float* x, int64_t n) {
   const model::Config& c = config_;
-  const int64_t q_dim = int64_t(c.n_heads) * c.head_dim;
-  // The attention output (fp16) into the O product, added to x: decode's
-  // product reads fp16 directly, cuBLAS's takes bf16.
-  if (n <= kMaxGemvRows) {
-    gemv(w.o.view.data, w.o.view.rows, w.o.view.cols, attended, true, int(n), x, 1.0f, stream_);
-  } else {
-    half_to_bfloat(attended, n * q_dim, b.attended_bf16.memory.as<uint16_t>(), stream_);
-    blas_.matmul(w.o.view, b.attended_bf16.memory.as<uint16_t>(), n, x, 1.0f, stream_);
-  }
+  // The attention output (fp16) into the O product, added to x.
+  blas_->matmul(w.o.view, attended, n, x, 1.0f, stream_, true, b.attended_bf16.memory.as<uint16_t>());
   rms_norm(x, w.ffn_norm.as<float>(), int(n), c.d_model, c.rms_epsilon, b.normed.memory.as<uint16_t>(), stream_);
-  blas_.matmul(w.gate_up.view, b.normed.memory.as<uint16_t>(), n, b.gate_up.memory.as<float>(), 0.0f, stream_);
+  blas_->matmul(w.gate_up.view, b.normed.memory.as<uint16_t>(), n, b.gate_up.memory.as<float>(), 0.0f, stream_);
   gated_activation(b.gate_up.memory.as<float>(), int(n), c.ffn_dim, c.feed_forward == model::FeedForward::GeluTanhGlu,
                    b.activated.memory.as<uint16_t>(), stream_);
-  blas_.matmul(w.down.view, b.activated.memory.as<uint16_t>(), n, x, 1.0f, stream_);
+  blas_->matmul(w.down.view, b.activated.memory.as<uint16_t>(), n, x, 1.0f, stream_);
 }
 
 float* CudaBackend::logits_of_last(StepBuffers& b, const float* x_rows, int64_t n) {
@@ -473,7 +466,7 @@ float* CudaBackend::logits_of_last(StepBuffers& b, const float* x_rows, int64_t 
   rms_norm(x_rows, output_norm_.as<float>(), int(n), c.d_model, c.rms_epsilon, b.normed.memory.as<uint16_t>(),
            stream_);
   float* logits = b.logits.get(n * c.vocab_size, "logits");
-  blas_.matmul(output_view_, b.normed.memory.as<uint16_t>(), n, logits, 0.0f, stream_);
+  blas_->matmul(output_view_, b.normed.memory.as<uint16_t>(), n, logits, 0.0f, stream_);
   if (c.final_logit_softcap > 0) soft_cap(logits, n * c.vocab_size, c.final_logit_softcap, stream_);
   return logits;
 }
@@ -576,7 +569,7 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
   args.max_seq_len = int(n);
   args.output = attended;
 
-  embed(embedding_.as<uint16_t>(), device_tokens, int(n), c.d_model, c.embedding_scale, x, stream_);
+  gather_rows(embedding_.view, device_tokens, int(n), c.embedding_scale, x, stream_);
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& w = layers_[size_t(l)];
     for (int64_t c0 = 0; c0 < n; c0 += chunk) {
@@ -656,7 +649,7 @@ void CudaBackend::decode_kernels(const CudaSequence& plan, int64_t B, int64_t st
   args.page_size = options_.page_size;
   args.page_table_stride = stride;
 
-  embed(embedding_.as<uint16_t>(), meta, int(B), c.d_model, c.embedding_scale, x, stream_);
+  gather_rows(embedding_.view, meta, int(B), c.embedding_scale, x, stream_);
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& w = layers_[size_t(l)];
     project_qkv(decode_, w, l, x, B, qkv_template);

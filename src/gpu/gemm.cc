@@ -2,6 +2,8 @@
 
 #include <cublas_v2.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "gpu/ops.h"
 
@@ -16,7 +18,8 @@ constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
 }  // namespace
 
-Blas::Blas() : workspace_(kWorkspaceBytes, "the cuBLAS workspace") {
+Blas::Blas(size_t dequantize_bytes) : workspace_(kWorkspaceBytes, "the cuBLAS workspace") {
+  if (dequantize_bytes > 0) dequantized_ = DeviceMemory(dequantize_bytes, "the dequantized-weights buffer");
   check_blas(cublasCreate(&handle_), "cublasCreate");
   check_blas(cublasSetWorkspace(handle_, workspace_.data(), workspace_.bytes()), "cublasSetWorkspace");
 }
@@ -25,17 +28,39 @@ Blas::~Blas() {
   if (handle_) cublasDestroy(handle_);
 }
 
-void Blas::matmul(const Matrix& w, const uint16_t* x, int64_t n, float* out, float beta, cudaStream_t stream) {
-  // Decode's few rows: the weight-streaming kernel reads the matrix once at
-  // nearly full bandwidth, where cuBLAS leaves about a quarter unused.
-  if (n <= kMaxGemvRows && w.cols % 8 == 0) return gemv(w.data, w.rows, w.cols, x, false, int(n), out, beta, stream);
+void Blas::matmul(const Matrix& w, const uint16_t* x, int64_t n, float* out, float beta, cudaStream_t stream,
+                  bool half_input, uint16_t* converted) {
+  // Decode's few rows: the weight-streaming kernel reads the matrix once per
+  // group of rows at nearly full bandwidth, where cuBLAS leaves about a
+  // quarter unused.
+  if (n <= max_gemv_rows(w)) return gemv(w, x, half_input, n, out, beta, stream);
+  if (half_input) {
+    if (!converted) fail("Blas::matmul: an fp16 input of {} rows needs a conversion buffer", n);
+    half_to_bfloat(x, n * w.cols, converted, stream);
+    x = converted;
+  }
+  if (w.format == MatrixFormat::BF16)
+    return gemm(reinterpret_cast<const uint16_t*>(w.data), w.rows, w.cols, x, n, out, w.rows, beta, stream);
+  const int64_t slice = int64_t(dequantized_.bytes() / (2 * size_t(w.cols)));
+  if (slice < 1) fail("Blas::matmul: no buffer to dequantize a {} x {} matrix into", w.rows, w.cols);
+  auto* rows = dequantized_.as<uint16_t>();
+  for (int64_t first = 0; first < w.rows; first += slice) {
+    const int64_t count = std::min(slice, w.rows - first);
+    dequantize_rows(w, first, count, rows, stream);
+    gemm(rows, count, w.cols, x, n, out + first, w.rows, beta, stream);
+  }
+}
+
+// out (ldc apart per input row) = w [rows][cols] times x [n][cols], plus beta * out.
+void Blas::gemm(const uint16_t* w, int64_t rows, int64_t cols, const uint16_t* x, int64_t n, float* out, int64_t ldc,
+                float beta, cudaStream_t stream) {
   // Column-major view: out^T [rows x n] = w (stored [rows][cols], so op T of a
   // cols x rows matrix) times x^T [cols x n].
   const float alpha = 1.0f;
   check_blas(cublasSetStream(handle_, stream), "cublasSetStream");
-  check_blas(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, int(w.rows), int(n), int(w.cols), &alpha, w.data,
-                          CUDA_R_16BF, int(w.cols), x, CUDA_R_16BF, int(w.cols), &beta, out, CUDA_R_32F, int(w.rows),
-                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+  check_blas(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(n), int(cols), &alpha, w, CUDA_R_16BF,
+                          int(cols), x, CUDA_R_16BF, int(cols), &beta, out, CUDA_R_32F, int(ldc), CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT),
              "cublasGemmEx");
 }
 

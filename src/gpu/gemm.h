@@ -1,8 +1,10 @@
-// Weight products on the GPU: bf16 activations times bf16 weights, fp32
-// accumulation and output, optionally accumulated into the output (the
-// residual stream), so a projection and its residual add are one call.
-// Up to gpu::kMaxGemvRows rows (decode) stream the weights through
-// gpu::gemv; more rows go through cuBLAS.
+// Weight products on the GPU: bf16 (or fp16) activations times a weight
+// matrix (gpu/matrix.h), fp32 accumulation and output, optionally
+// accumulated into the output (the residual stream), so a projection and its
+// residual add are one call. Decode's few rows stream the weights through
+// gpu::gemv in their stored format; more rows go through cuBLAS in bf16, a
+// quantized matrix dequantized a slice of rows at a time into a bounded
+// buffer.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,30 +12,36 @@
 #include <cstdint>
 
 #include "gpu/device.h"
+#include "gpu/matrix.h"
 
 struct cublasContext;
 
 namespace kascade::gpu {
 
-// A weight matrix on the device: `rows` output features of `cols` inputs, bf16, row-major.
-struct Matrix {
-  const uint16_t* data = nullptr;
-  int64_t rows = 0, cols = 0;
-};
-
 class Blas {
  public:
-  Blas();
+  // `dequantize_bytes`: the buffer quantized matrices are dequantized into
+  // for cuBLAS (0 when every matrix is bf16).
+  explicit Blas(size_t dequantize_bytes = 0);
   ~Blas();
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
 
-  // out[t][r] = sum_c w[r][c] * x[t][c] + beta * out[t][r] for t < n.
-  void matmul(const Matrix& w, const uint16_t* x, int64_t n, float* out, float beta, cudaStream_t stream);
+  // out[t][r] = sum_c w[r][c] * x[t][c] + beta * out[t][r] for t < n; x bf16,
+  // or fp16 with half_input (converted into `converted`, n * w.cols values,
+  // when the product goes through cuBLAS).
+  void matmul(const Matrix& w, const uint16_t* x, int64_t n, float* out, float beta, cudaStream_t stream,
+              bool half_input = false, uint16_t* converted = nullptr);
+
+  size_t workspace_bytes() const { return workspace_.bytes() + dequantized_.bytes(); }
 
  private:
+  void gemm(const uint16_t* w, int64_t rows, int64_t cols, const uint16_t* x, int64_t n, float* out, int64_t ldc,
+            float beta, cudaStream_t stream);
+
   cublasContext* handle_ = nullptr;
-  DeviceMemory workspace_;  // cuBLAS's, given up front so that no product allocates
+  DeviceMemory workspace_;    // cuBLAS's, given up front so that no product allocates
+  DeviceMemory dequantized_;  // bf16 rows of a quantized matrix
 };
 
 }  // namespace kascade::gpu

@@ -12,9 +12,6 @@ namespace {
 
 constexpr int kRowThreads = 256;
 
-__device__ __forceinline__ float bf16_value(uint16_t bits) {
-  return __bfloat162float(__ushort_as_bfloat16(bits));
-}
 __device__ __forceinline__ uint16_t to_bf16(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 __device__ __forceinline__ uint16_t to_f16(float x) { return __half_as_ushort(__float2half_rn(x)); }
 
@@ -28,12 +25,6 @@ __device__ float block_sum(float value, float* scratch) {
   for (int w = 0; w < int(blockDim.x >> 5); ++w) total += scratch[w];
   __syncthreads();  // scratch is reused by the next call
   return total;
-}
-
-__global__ void embed_kernel(const uint16_t* table, const int32_t* tokens, int d_model, float scale, float* x) {
-  const int t = blockIdx.x;
-  const uint16_t* row = table + int64_t(tokens[t]) * d_model;
-  for (int c = threadIdx.x; c < d_model; c += blockDim.x) x[int64_t(t) * d_model + c] = bf16_value(row[c]) * scale;
 }
 
 // One row per block; every thread loads its float4s once, into registers
@@ -184,86 +175,9 @@ __global__ void soft_cap_kernel(float* x, int64_t count, float cap) {
     x[i] = cap * tanhf(x[i] / cap);
 }
 
-// One warp per weight row (rows striped over the grid): each lane streams 16
-// bytes (8 bf16) of the row per load, eight loads in flight, against the same
-// columns of the n activation rows (read through the read-only cache); the
-// warp sums its lanes at the end.
-template <int kRows, bool kHalfInput>
-__global__ void gemv_kernel(const uint16_t* w, int64_t rows, int64_t cols, const uint16_t* x, float* out,
-                            float beta) {
-  constexpr int kUnroll = 8;
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
-  const int64_t vectors = cols / 8;  // 8 bf16 per 16-byte load
-  for (int64_t row = blockIdx.x * int64_t(blockDim.x >> 5) + (threadIdx.x >> 5); row < rows; row += warps) {
-    const uint4* weights = reinterpret_cast<const uint4*>(w + row * cols);
-    float acc[kRows] = {};
-    for (int64_t v0 = lane; v0 < vectors; v0 += 32 * kUnroll) {
-      uint4 loaded[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t v = v0 + 32 * u;
-        loaded[u] = v < vectors ? __ldcs(weights + v) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t v = v0 + 32 * u;
-        if (v >= vectors) break;
-        const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&loaded[u]);
-        float wf[8];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float2 pair = __bfloat1622float2(wp[i]);
-          wf[2 * i] = pair.x;
-          wf[2 * i + 1] = pair.y;
-        }
-#pragma unroll
-        for (int t = 0; t < kRows; ++t) {
-          const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + t * cols) + v);
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            float2 pair;
-            if constexpr (kHalfInput)
-              pair = __half22float2(reinterpret_cast<const __half2*>(&xv)[i]);
-            else
-              pair = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&xv)[i]);
-            acc[t] = fmaf(wf[2 * i], pair.x, acc[t]);
-            acc[t] = fmaf(wf[2 * i + 1], pair.y, acc[t]);
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int t = 0; t < kRows; ++t) {
-      float sum = acc[t];
-      for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      if (lane == 0) {
-        float* o = out + t * rows + row;
-        *o = beta == 0.0f ? sum : sum + beta * *o;
-      }
-    }
-  }
-}
-
-template <int kRows>
-void launch_gemv(const uint16_t* w, int64_t rows, int64_t cols, const uint16_t* x, bool half_input, float* out,
-                 float beta, cudaStream_t stream) {
-  constexpr int kThreads = 256;
-  const int64_t blocks = std::min<int64_t>((rows + kThreads / 32 - 1) / (kThreads / 32), 132 * 8);
-  if (half_input)
-    gemv_kernel<kRows, true><<<int(blocks), kThreads, 0, stream>>>(w, rows, cols, x, out, beta);
-  else
-    gemv_kernel<kRows, false><<<int(blocks), kThreads, 0, stream>>>(w, rows, cols, x, out, beta);
-}
-
 int stride_blocks(int64_t count) { return int(std::min<int64_t>((count + 255) / 256, 132 * 16)); }
 
 }  // namespace
-
-void embed(const uint16_t* table, const int32_t* tokens, int n, int d_model, float scale, float* x,
-           cudaStream_t stream) {
-  embed_kernel<<<n, kRowThreads, 0, stream>>>(table, tokens, d_model, scale, x);
-}
 
 void rms_norm(const float* x, const float* weight, int n, int dim, float epsilon, uint16_t* out,
               cudaStream_t stream) {
@@ -288,20 +202,6 @@ void gated_activation(const float* gate_up, int n, int ffn, bool gelu, uint16_t*
 
 void half_to_bfloat(const uint16_t* in, int64_t count, uint16_t* out, cudaStream_t stream) {
   half_to_bfloat_kernel<<<stride_blocks(count), 256, 0, stream>>>(in, count, out);
-}
-
-void gemv(const uint16_t* w, int64_t rows, int64_t cols, const uint16_t* x, bool half_input, int n, float* out,
-          float beta, cudaStream_t stream) {
-  switch (n) {
-    case 1: return launch_gemv<1>(w, rows, cols, x, half_input, out, beta, stream);
-    case 2: return launch_gemv<2>(w, rows, cols, x, half_input, out, beta, stream);
-    case 3: return launch_gemv<3>(w, rows, cols, x, half_input, out, beta, stream);
-    case 4: return launch_gemv<4>(w, rows, cols, x, half_input, out, beta, stream);
-    case 5: return launch_gemv<5>(w, rows, cols, x, half_input, out, beta, stream);
-    case 6: return launch_gemv<6>(w, rows, cols, x, half_input, out, beta, stream);
-    case 7: return launch_gemv<7>(w, rows, cols, x, half_input, out, beta, stream);
-    case 8: return launch_gemv<8>(w, rows, cols, x, half_input, out, beta, stream);
-  }
 }
 
 void soft_cap(float* x, int64_t count, float cap, cudaStream_t stream) {

@@ -1,5 +1,5 @@
 // The elementwise steps of the forward pass on the GPU, beside the products
-// (gpu/gemm.h) and the attention kernels (cuda/kascade_cuda.h). Each mirrors
+// (gpu/matrix.h, gpu/gemm.h) and the attention kernels (cuda/kascade_cuda.h). Each mirrors
 // its CPU twin in ops/elementwise.h (same formulas, fp32 arithmetic; RoPE
 // angles in double as on the CPU); tests/gpu compares them. Plain C++
 // declarations: the kernels live in ops.cu. bf16 and fp16 tensors are passed
@@ -11,11 +11,6 @@
 #include <cstdint>
 
 namespace kascade::gpu {
-
-// x[t][c] = float(table[tokens[t]][c]) * scale: the embedding rows (bf16
-// [vocab][d_model]) of n tokens, into the fp32 residual stream.
-void embed(const uint16_t* table, const int32_t* tokens, int n, int d_model, float scale, float* x,
-           cudaStream_t stream);
 
 // out[t] = bf16(x[t] * weight / sqrt(mean(x[t]^2) + epsilon)) for n rows of dim.
 void rms_norm(const float* x, const float* weight, int n, int dim, float epsilon, uint16_t* out,
@@ -61,14 +56,6 @@ void gated_activation(const float* gate_up, int n, int ffn, bool gelu, uint16_t*
 
 // out[i] = bf16(float(in[i])), in fp16: the attention output into the next product.
 void half_to_bfloat(const uint16_t* in, int64_t count, uint16_t* out, cudaStream_t stream);
-
-// out[t][r] = sum_c w[r][c] * x[t][c] + beta * out[t][r] for t < n <= kMaxGemvRows:
-// a weight-streaming matrix-vector product for decode (w bf16 [rows][cols],
-// x bf16, or fp16 with half_input, [n][cols], cols a multiple of 8; fp32
-// accumulation and output).
-inline constexpr int kMaxGemvRows = 8;
-void gemv(const uint16_t* w, int64_t rows, int64_t cols, const uint16_t* x, bool half_input, int n, float* out,
-          float beta, cudaStream_t stream);
 
 // x[i] = cap * tanh(x[i] / cap) (final logit soft-capping).
 void soft_cap(float* x, int64_t count, float cap, cudaStream_t stream);

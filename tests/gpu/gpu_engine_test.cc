@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <random>
@@ -25,9 +26,12 @@
 #include "gpu/backend.h"
 #include "gpu/device.h"
 #include "gpu/gemm.h"
+#include "gpu/matrix.h"
 #include "model/fingerprint.h"
 #include "model/synthetic.h"
+#include "ops/matmul.h"
 #include "ops/threading.h"
+#include "quant/types.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kascade {
@@ -165,9 +169,10 @@ attention::StrategyOptions kascade_options(const engine::Backend& backend, doubl
   return o;
 }
 
-// A synthetic llama (4 layers, 256 wide, 4/2 heads of 64) in bf16 and Q8_0.
+// A synthetic llama (4 layers, 256 wide, 4/2 heads of 64) in bf16, Q8_0 and
+// Q4_K (the quantized ones kept quantized on the device).
 TEST_F(GpuEngine, SyntheticModelMatchesTheCpu) {
-  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0}) {
+  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K}) {
     const std::string path = synthetic_model(type, 4);
     auto cpu = engine::make_cpu_backend(path);
     auto gpu = gpu::make_cuda_backend(path);
@@ -223,38 +228,158 @@ TEST_F(GpuEngine, BatchedDecodeMatchesTheCpu) {
   }
 }
 
-// The products (the decode kernel up to kMaxGemvRows rows, cuBLAS above)
-// against double-precision sums of the same bf16 values.
+// A random weight matrix in the file encoding of `type` (BF16, Q8_0 or
+// Q4_K), with its bytes: scales and mins of either sign, every quant value.
+struct HostWeight {
+  std::vector<uint8_t> bytes;
+  ops::Weight weight;
+};
+HostWeight random_weight(TensorType type, int64_t rows, int64_t cols, std::mt19937_64& rng) {
+  HostWeight h;
+  const uint64_t row_size = row_bytes(type, cols);
+  h.bytes.resize(size_t(row_size * uint64_t(rows)));
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  const auto put_half = [](uint8_t* at, float v) {
+    const uint16_t bits = fp32_to_fp16(v);
+    std::memcpy(at, &bits, 2);
+  };
+  switch (type) {
+    case TensorType::BF16:
+      for (size_t i = 0; i < h.bytes.size(); i += 2) {
+        const uint16_t bits = fp32_to_bf16(value(rng));
+        std::memcpy(h.bytes.data() + i, &bits, 2);
+      }
+      break;
+    case TensorType::Q8_0:
+      for (size_t b = 0; b < h.bytes.size(); b += 34) {
+        put_half(h.bytes.data() + b, value(rng) / 127.0f);
+        for (int i = 0; i < 32; ++i) h.bytes[b + 2 + size_t(i)] = uint8_t(rng());
+      }
+      break;
+    case TensorType::Q4_K:
+      for (size_t b = 0; b < h.bytes.size(); b += 144) {
+        put_half(h.bytes.data() + b, value(rng) / 1000.0f);
+        put_half(h.bytes.data() + b + 2, value(rng) / 1000.0f);
+        for (int i = 4; i < 144; ++i) h.bytes[b + size_t(i)] = uint8_t(rng());
+      }
+      break;
+    default: fail("random_weight: no {}", type_traits(type).name);
+  }
+  h.weight = {fmt::format("random {}", type_traits(type).name), type, h.bytes.data(), rows, cols, row_size};
+  return h;
+}
+
+// The device layout on the host: quantized types keep their values (the
+// packed rows dequantize, by the layout matrix.h states, to the CPU's values).
+TEST(GpuMatrixHost, PackingKeepsTheValues) {
+  std::mt19937_64 rng(3);
+  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K}) {
+    const HostWeight a = random_weight(type, 3, 512, rng), b = random_weight(type, 2, 512, rng);
+    const gpu::MatrixFormat format = gpu::device_format({&a.weight, &b.weight});
+    const std::vector<uint8_t> packed = gpu::pack_rows(format, {&a.weight, &b.weight});
+    ASSERT_EQ(packed.size(), gpu::device_bytes(format, 5, 512));
+    std::vector<float> expected(512);
+    for (int64_t r = 0; r < 5; ++r) {
+      const ops::Weight& w = r < 3 ? a.weight : b.weight;
+      ops::dequantize_weight_row(w, r < 3 ? r : r - 3, expected.data());
+      for (int64_t c = 0; c < 512; ++c) {
+        float got = 0;
+        if (format == gpu::MatrixFormat::BF16) {
+          got = bf16_to_fp32(reinterpret_cast<const uint16_t*>(packed.data())[r * 512 + c]);
+        } else if (format == gpu::MatrixFormat::Q8_0) {
+          uint16_t scale;
+          std::memcpy(&scale, packed.data() + 5 * 512 + 2 * (r * 16 + c / 32), 2);
+          got = float(int8_t(packed[size_t(r * 512 + c)])) * fp16_to_fp32(scale);
+        } else {
+          std::vector<float> row(512);
+          dequantize_row(TensorType::Q4_K, packed.data() + r * 2 * 144, row.data(), 512);
+          got = row[size_t(c)];
+        }
+        ASSERT_EQ(got, expected[size_t(c)]) << type_traits(type).name << " row " << r << " column " << c;
+      }
+    }
+  }
+  // Mixed types stack in bf16.
+  const HostWeight q8 = random_weight(TensorType::Q8_0, 2, 256, rng), q4 = random_weight(TensorType::Q4_K, 2, 256, rng);
+  EXPECT_EQ(gpu::device_format({&q8.weight, &q4.weight}), gpu::MatrixFormat::BF16);
+}
+
+// The products in every device format (the streaming kernel for decode's
+// rows, cuBLAS above, a quantized matrix dequantized in slices) against
+// double-precision sums of the CPU's dequantized values.
 TEST_F(GpuEngine, ProductsMatchDoublePrecision) {
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  gpu::Blas blas;
-  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1000, 4096}, {333, 14336}, {4100, 256}}) {
-    std::vector<uint16_t> w(size_t(rows * cols));
-    for (uint16_t& v : w) v = fp32_to_bf16(dist(rng));
-    const gpu::DeviceMemory device_w = gpu::upload(w, "test weights");
-    for (const int64_t n : {int64_t(1), int64_t(3), int64_t(8), int64_t(9), int64_t(40)}) {
-      std::vector<uint16_t> x(size_t(n * cols));
-      for (uint16_t& v : x) v = fp32_to_bf16(dist(rng));
-      std::vector<float> out(size_t(n * rows), 0.5f);
-      const gpu::DeviceMemory device_x = gpu::upload(x, "test input");
-      const gpu::DeviceMemory device_out = gpu::upload(out, "test output");
-      blas.matmul({device_w.as<uint16_t>(), rows, cols}, device_x.as<uint16_t>(), n, device_out.as<float>(), 1.0f,
-                  nullptr);
-      gpu::check(cudaMemcpy(out.data(), device_out.data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost),
-                 "download");
-      double worst = 0;
-      for (int64_t t = 0; t < n; ++t)
-        for (int64_t r = 0; r < rows; ++r) {
-          double sum = 0.5, magnitude = 0;
-          for (int64_t k = 0; k < cols; ++k) {
-            const double term = double(bf16_to_fp32(w[size_t(r * cols + k)])) * bf16_to_fp32(x[size_t(t * cols + k)]);
-            sum += term;
-            magnitude += std::abs(term);
-          }
-          worst = std::max(worst, std::abs(out[size_t(t * rows + r)] - sum) / magnitude);
+  gpu::Blas blas(size_t(1) << 20);  // small, so that big matrices go through in several slices
+  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K}) {
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1000, 4096}, {333, 14336}, {4100, 256}}) {
+      const HostWeight host = random_weight(type, rows, cols, rng);
+      const gpu::DeviceMatrix w = gpu::upload_matrix({&host.weight}, "test weights");
+      std::vector<float> values(size_t(rows * cols));
+      for (int64_t r = 0; r < rows; ++r) ops::dequantize_weight_row(host.weight, r, values.data() + r * cols);
+      for (const int64_t n : {int64_t(1), int64_t(3), int64_t(8), int64_t(9), int64_t(32), int64_t(40)}) {
+        for (const bool half_input : {false, true}) {
+          std::vector<uint16_t> x(size_t(n * cols));
+          for (uint16_t& v : x) v = half_input ? fp32_to_fp16(dist(rng)) : fp32_to_bf16(dist(rng));
+          const auto input = [&](size_t i) { return half_input ? fp16_to_fp32(x[i]) : bf16_to_fp32(x[i]); };
+          std::vector<float> out(size_t(n * rows), 0.5f);
+          const gpu::DeviceMemory device_x = gpu::upload(x, "test input");
+          const gpu::DeviceMemory device_out = gpu::upload(out, "test output");
+          const gpu::DeviceMemory converted(x.size() * 2, "test conversion");
+          blas.matmul(w.view, device_x.as<uint16_t>(), n, device_out.as<float>(), 1.0f, nullptr, half_input,
+                      converted.as<uint16_t>());
+          gpu::check(cudaMemcpy(out.data(), device_out.data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost),
+                     "download");
+          // Through cuBLAS an fp16 input is rounded to bf16 first.
+          const bool rounded = half_input && n > gpu::max_gemv_rows(w.view);
+          double worst = 0;
+          for (int64_t t = 0; t < n; ++t)
+            for (int64_t r = 0; r < rows; ++r) {
+              double sum = 0.5, magnitude = 0;
+              for (int64_t k = 0; k < cols; ++k) {
+                float xv = input(size_t(t * cols + k));
+                if (rounded) xv = bf16_to_fp32(fp32_to_bf16(xv));
+                const double term = double(values[size_t(r * cols + k)]) * xv;
+                sum += term;
+                magnitude += std::abs(term);
+              }
+              worst = std::max(worst, std::abs(out[size_t(t * rows + r)] - sum) / magnitude);
+            }
+          // fp32 accumulation of exact products; cuBLAS reads quantized
+          // weights rounded to bf16 (relative 2^-9 per term).
+          const double tolerance = type != TensorType::BF16 && n > gpu::max_gemv_rows(w.view) ? 4e-3 : 2e-5;
+          EXPECT_LT(worst, tolerance) << type_traits(type).name << " " << rows << "x" << cols << " n=" << n
+                                      << (half_input ? " fp16 input" : "");
         }
-      EXPECT_LT(worst, 1e-5) << rows << "x" << cols << " n=" << n;  // fp32 accumulation of exact products
+      }
+    }
+  }
+}
+
+// Dequantizing on the device gives the bf16 rows the host packs, bit for
+// bit; gathering rows gives their values times the scale.
+TEST_F(GpuEngine, DequantizeAndGatherMatchTheHost) {
+  std::mt19937_64 rng(12);
+  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K}) {
+    const HostWeight host = random_weight(type, 300, 1024, rng);
+    const gpu::DeviceMatrix w = gpu::upload_matrix({&host.weight}, "test weights");
+    const std::vector<uint8_t> expected = gpu::pack_rows(gpu::MatrixFormat::BF16, {&host.weight});
+    const gpu::DeviceMemory out(200 * 1024 * 2, "test output");
+    gpu::dequantize_rows(w.view, 77, 200, out.as<uint16_t>(), nullptr);
+    std::vector<uint8_t> got(out.bytes());
+    gpu::check(cudaMemcpy(got.data(), out.data(), got.size(), cudaMemcpyDeviceToHost), "download");
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), expected.begin() + 77 * 1024 * 2)) << type_traits(type).name;
+
+    const std::vector<int32_t> rows = {5, 299, 0, 5};
+    const gpu::DeviceMemory device_rows = gpu::upload(rows, "test rows");
+    const gpu::DeviceMemory gathered(rows.size() * 1024 * sizeof(float), "test output");
+    gpu::gather_rows(w.view, device_rows.as<int32_t>(), int(rows.size()), 0.5f, gathered.as<float>(), nullptr);
+    std::vector<float> x(rows.size() * 1024), row(1024);
+    gpu::check(cudaMemcpy(x.data(), gathered.data(), x.size() * sizeof(float), cudaMemcpyDeviceToHost), "download");
+    for (size_t t = 0; t < rows.size(); ++t) {
+      ops::dequantize_weight_row(host.weight, rows[t], row.data());
+      for (size_t c = 0; c < 1024; ++c)
+        ASSERT_EQ(x[t * 1024 + c], row[c] * 0.5f) << type_traits(type).name << " token " << t << " column " << c;
     }
   }
 }

@@ -1,0 +1,92 @@
+#include "gpu/matrix.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/half.h"
+
+namespace kascade::gpu {
+namespace {
+
+constexpr int64_t kQ8_0Block = 32, kQ8_0BlockBytes = 34;
+constexpr int64_t kQ4_KBlock = 256, kQ4_KBlockBytes = 144;
+
+int64_t stacked_rows(std::initializer_list<const ops::Weight*> parts) {
+  const int64_t cols = (*parts.begin())->cols;
+  int64_t rows = 0;
+  for (const ops::Weight* w : parts) {
+    if (w->cols != cols) fail("cannot stack {} ({} columns) under {} columns", w->name, w->cols, cols);
+    rows += w->rows;
+  }
+  return rows;
+}
+
+}  // namespace
+
+MatrixFormat device_format(std::initializer_list<const ops::Weight*> parts) {
+  const TensorType type = (*parts.begin())->type;
+  for (const ops::Weight* w : parts)
+    if (w->type != type) return MatrixFormat::BF16;
+  if (type == TensorType::Q8_0) return MatrixFormat::Q8_0;
+  if (type == TensorType::Q4_K) return MatrixFormat::Q4_K;
+  return MatrixFormat::BF16;
+}
+
+uint64_t device_bytes(MatrixFormat format, int64_t rows, int64_t cols) {
+  const uint64_t elements = uint64_t(rows) * uint64_t(cols);
+  switch (format) {
+    case MatrixFormat::BF16: return 2 * elements;
+    case MatrixFormat::Q8_0: return elements + 2 * (elements / kQ8_0Block);
+    case MatrixFormat::Q4_K: return elements / kQ4_KBlock * kQ4_KBlockBytes;
+  }
+  return 0;
+}
+
+std::vector<uint8_t> pack_rows(MatrixFormat format, std::initializer_list<const ops::Weight*> parts) {
+  const int64_t rows = stacked_rows(parts), cols = (*parts.begin())->cols;
+  std::vector<uint8_t> out(device_bytes(format, rows, cols));
+  int64_t first = 0;
+  for (const ops::Weight* w : parts) {
+#pragma omp parallel
+    {
+      std::vector<float> values(format == MatrixFormat::BF16 ? size_t(cols) : 0);
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < w->rows; ++r) {
+        const uint8_t* src = w->row(r);
+        const int64_t row = first + r;
+        switch (format) {
+          case MatrixFormat::BF16: {
+            ops::dequantize_weight_row(*w, r, values.data());
+            auto* dst = reinterpret_cast<uint16_t*>(out.data()) + row * cols;
+            for (int64_t c = 0; c < cols; ++c) dst[c] = fp32_to_bf16(values[size_t(c)]);
+            break;
+          }
+          case MatrixFormat::Q8_0: {
+            uint8_t* quants = out.data() + row * cols;
+            uint8_t* scales = out.data() + rows * cols + 2 * row * (cols / kQ8_0Block);
+            for (int64_t b = 0; b < cols / kQ8_0Block; ++b) {
+              std::memcpy(scales + 2 * b, src + b * kQ8_0BlockBytes, 2);
+              std::memcpy(quants + b * kQ8_0Block, src + b * kQ8_0BlockBytes + 2, kQ8_0Block);
+            }
+            break;
+          }
+          case MatrixFormat::Q4_K:
+            std::memcpy(out.data() + row * (cols / kQ4_KBlock) * kQ4_KBlockBytes, src, w->row_bytes);
+            break;
+        }
+      }
+    }
+    first += w->rows;
+  }
+  return out;
+}
+
+DeviceMatrix upload_matrix(std::initializer_list<const ops::Weight*> parts, const char* what) {
+  DeviceMatrix m;
+  const MatrixFormat format = device_format(parts);
+  m.memory = upload(pack_rows(format, parts), what);
+  m.view = {format, m.memory.as<uint8_t>(), stacked_rows(parts), (*parts.begin())->cols};
+  return m;
+}
+
+}  // namespace kascade::gpu

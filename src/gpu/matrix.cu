@@ -1,0 +1,339 @@
+// Kernels of gpu/matrix.h. The matrix-vector products give one warp to a
+// weight row at a time (rows striped over the grid): its lanes stream the row
+// in 16-byte loads, several in flight, decode them to fp32 in registers and
+// dot them with the same columns of up to kGemvGroup input rows (read through
+// the read-only cache); the warp sums its lanes at the end.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "gpu/matrix.h"
+
+namespace kascade::gpu {
+namespace {
+
+constexpr int kThreads = 256;                  // 8 warps, so 8 weight rows per block at a time
+constexpr int64_t kMaxBlocks = 132 * 8;       // a few waves of the H200's 132 SMs
+constexpr int64_t kQ4_KBlockVectors = 9;      // 144 bytes: a 16-byte header, 128 bytes of nibbles
+
+__device__ __forceinline__ float half_value(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
+
+// The 8 values of 16 bytes of bf16 (or fp16).
+template <bool kHalf>
+__device__ __forceinline__ void widen8(const uint4& v, float out[8]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 pair;
+    if constexpr (kHalf)
+      pair = __half22float2(reinterpret_cast<const __half2*>(&v)[i]);
+    else
+      pair = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&v)[i]);
+    out[2 * i] = pair.x;
+    out[2 * i + 1] = pair.y;
+  }
+}
+
+__device__ __forceinline__ const uint16_t* q8_0_scales(const Matrix& w) {
+  return reinterpret_cast<const uint16_t*>(w.data + w.rows * w.cols);
+}
+
+// Signed byte k of a word.
+__device__ __forceinline__ float signed_byte(uint32_t word, int k) { return float(int32_t(word << (24 - 8 * k)) >> 24); }
+
+// Q4_K block header (fp16 d, fp16 dmin, 12 packed bytes) as a uint4: d *
+// scale and dmin * min of sub-block j, as the CPU's unpack_k_scales.
+__device__ __forceinline__ int packed_byte(const uint4& header, int k) {
+  const uint32_t word = k < 4 ? header.y : (k < 8 ? header.z : header.w);
+  return int((word >> (8 * (k & 3))) & 0xff);
+}
+__device__ __forceinline__ void q4_k_scale_min(const uint4& header, int j, float& scale, float& min) {
+  const float d = half_value(uint16_t(header.x & 0xffff)), dmin = half_value(uint16_t(header.x >> 16));
+  int s, m;
+  if (j < 4) {
+    s = packed_byte(header, j) & 63;
+    m = packed_byte(header, j + 4) & 63;
+  } else {
+    s = (packed_byte(header, j + 4) & 0x0f) | ((packed_byte(header, j - 4) >> 6) << 4);
+    m = (packed_byte(header, j + 4) >> 4) | ((packed_byte(header, j) >> 6) << 4);
+  }
+  scale = d * float(s);
+  min = dmin * float(m);
+}
+
+template <int kRows>
+__device__ __forceinline__ void write_rows(const float (&acc)[kRows], int64_t row, int64_t rows, float* out,
+                                           float beta) {
+#pragma unroll
+  for (int t = 0; t < kRows; ++t) {
+    float sum = acc[t];
+    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if ((threadIdx.x & 31) == 0) {
+      float* o = out + t * rows + row;
+      *o = beta == 0.0f ? sum : sum + beta * *o;
+    }
+  }
+}
+
+#define FOR_EACH_ROW(w)                                                                                \
+  for (int64_t row = blockIdx.x * int64_t(blockDim.x >> 5) + (threadIdx.x >> 5); row < (w).rows; \
+       row += int64_t(gridDim.x) * (blockDim.x >> 5))
+
+// bf16 weights: each lane 8 values per load, eight loads in flight.
+template <int kRows, bool kHalfInput>
+__global__ void gemv_bf16_kernel(Matrix w, const uint16_t* x, float* out, float beta) {
+  constexpr int kUnroll = 8;
+  const int lane = threadIdx.x & 31;
+  const int64_t vectors = w.cols / 8;
+  FOR_EACH_ROW(w) {
+    const uint4* weights = reinterpret_cast<const uint4*>(w.data) + row * vectors;
+    float acc[kRows] = {};
+    for (int64_t v0 = lane; v0 < vectors; v0 += 32 * kUnroll) {
+      uint4 loaded[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t v = v0 + 32 * u;
+        loaded[u] = v < vectors ? __ldcs(weights + v) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t v = v0 + 32 * u;
+        if (v >= vectors) break;
+        float wf[8];
+        widen8<false>(loaded[u], wf);
+#pragma unroll
+        for (int t = 0; t < kRows; ++t) {
+          float xf[8];
+          widen8<kHalfInput>(__ldg(reinterpret_cast<const uint4*>(x + t * w.cols) + v), xf);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[t] = fmaf(wf[i], xf[i], acc[t]);
+        }
+      }
+    }
+    write_rows<kRows>(acc, row, w.rows, out, beta);
+  }
+}
+
+// Q8_0: each lane 16 quants per load (half a block: its scale is block v / 2),
+// eight loads in flight; the block's dot in fp32, then times its scale.
+template <int kRows, bool kHalfInput>
+__global__ void gemv_q8_0_kernel(Matrix w, const uint16_t* x, float* out, float beta) {
+  constexpr int kUnroll = 8;
+  const int lane = threadIdx.x & 31;
+  const int64_t vectors = w.cols / 16;
+  FOR_EACH_ROW(w) {
+    const uint4* quants = reinterpret_cast<const uint4*>(w.data + row * w.cols);
+    const uint16_t* scales = q8_0_scales(w) + row * (w.cols / 32);
+    float acc[kRows] = {};
+    for (int64_t v0 = lane; v0 < vectors; v0 += 32 * kUnroll) {
+      uint4 loaded[kUnroll];
+      uint16_t scale_bits[kUnroll] = {};
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t v = v0 + 32 * u;
+        if (v < vectors) {
+          loaded[u] = __ldcs(quants + v);
+          scale_bits[u] = __ldcs(scales + v / 2);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t v = v0 + 32 * u;
+        if (v >= vectors) break;
+        const uint32_t* words = reinterpret_cast<const uint32_t*>(&loaded[u]);
+        float q[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) q[i] = signed_byte(words[i / 4], i % 4);
+        const float d = half_value(scale_bits[u]);
+#pragma unroll
+        for (int t = 0; t < kRows; ++t) {
+          const uint4* xv = reinterpret_cast<const uint4*>(x + t * w.cols) + 2 * v;
+          float lo[8], hi[8];
+          widen8<kHalfInput>(__ldg(xv), lo);
+          widen8<kHalfInput>(__ldg(xv + 1), hi);
+          float dot = 0;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) dot = fmaf(q[i], lo[i], dot);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) dot = fmaf(q[8 + i], hi[i], dot);
+          acc[t] = fmaf(d, dot, acc[t]);
+        }
+      }
+    }
+    write_rows<kRows>(acc, row, w.rows, out, beta);
+  }
+}
+
+// Q4_K: eight lanes per 256-value block, so a warp covers four blocks per
+// step. Lane part p loads the block's header and nibble bytes [16p, 16p + 16)
+// of the 64-value group p / 2: their low nibbles are 16 values of sub-block
+// 2 (p / 2), their high nibbles the same 16 places of sub-block 2 (p / 2) + 1.
+// Per sub-block run, sum(x * (scale * q - min)) = scale * sum(x * q) - min * sum(x).
+template <int kRows, bool kHalfInput>
+__global__ void gemv_q4_k_kernel(Matrix w, const uint16_t* x, float* out, float beta) {
+  constexpr int kUnroll = 4;
+  const int lane = threadIdx.x & 31, part = lane & 7, group = part >> 1;
+  const int first_value = 64 * group + 16 * (part & 1);  // of the low-nibble run; the high one is 32 later
+  const int64_t blocks = w.cols / 256;
+  FOR_EACH_ROW(w) {
+    const uint4* row_blocks = reinterpret_cast<const uint4*>(w.data) + row * blocks * kQ4_KBlockVectors;
+    float acc[kRows] = {};
+    for (int64_t b0 = lane >> 3; b0 < blocks; b0 += 4 * kUnroll) {
+      uint4 header[kUnroll], nibbles[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t b = b0 + 4 * u;
+        if (b < blocks) {
+          header[u] = __ldcs(row_blocks + b * kQ4_KBlockVectors);
+          nibbles[u] = __ldcs(row_blocks + b * kQ4_KBlockVectors + 1 + part);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t b = b0 + 4 * u;
+        if (b >= blocks) break;
+        float low_scale, low_min, high_scale, high_min;
+        q4_k_scale_min(header[u], 2 * group, low_scale, low_min);
+        q4_k_scale_min(header[u], 2 * group + 1, high_scale, high_min);
+        const uint32_t* words = reinterpret_cast<const uint32_t*>(&nibbles[u]);
+        float low[16], high[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const uint32_t byte = (words[i / 4] >> (8 * (i % 4))) & 0xff;
+          low[i] = float(byte & 0x0f);
+          high[i] = float(byte >> 4);
+        }
+#pragma unroll
+        for (int t = 0; t < kRows; ++t) {
+          const uint16_t* xt = x + t * w.cols + b * 256 + first_value;
+          float x_low[16], x_high[16];
+          widen8<kHalfInput>(__ldg(reinterpret_cast<const uint4*>(xt)), x_low);
+          widen8<kHalfInput>(__ldg(reinterpret_cast<const uint4*>(xt) + 1), x_low + 8);
+          widen8<kHalfInput>(__ldg(reinterpret_cast<const uint4*>(xt + 32)), x_high);
+          widen8<kHalfInput>(__ldg(reinterpret_cast<const uint4*>(xt + 32) + 1), x_high + 8);
+          float low_dot = 0, low_sum = 0, high_dot = 0, high_sum = 0;
+#pragma unroll
+          for (int i = 0; i < 16; ++i) {
+            low_dot = fmaf(low[i], x_low[i], low_dot);
+            low_sum += x_low[i];
+            high_dot = fmaf(high[i], x_high[i], high_dot);
+            high_sum += x_high[i];
+          }
+          acc[t] += low_scale * low_dot - low_min * low_sum + high_scale * high_dot - high_min * high_sum;
+        }
+      }
+    }
+    write_rows<kRows>(acc, row, w.rows, out, beta);
+  }
+}
+
+// The 8 values of w at (row, c0), c0 a multiple of 8, exactly as the CPU
+// dequantizes them (Q4_K: fused multiply-subtract, as its AVX2 path).
+__device__ __forceinline__ void values8(const Matrix& w, int64_t row, int64_t c0, float v[8]) {
+  switch (w.format) {
+    case MatrixFormat::BF16:
+      widen8<false>(*reinterpret_cast<const uint4*>(w.data + 2 * (row * w.cols + c0)), v);
+      return;
+    case MatrixFormat::Q8_0: {
+      const uint2 raw = *reinterpret_cast<const uint2*>(w.data + row * w.cols + c0);
+      const float d = half_value(q8_0_scales(w)[row * (w.cols / 32) + c0 / 32]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = signed_byte(i < 4 ? raw.x : raw.y, i % 4) * d;
+      return;
+    }
+    case MatrixFormat::Q4_K: {
+      const uint8_t* block = w.data + (row * (w.cols / 256) + c0 / 256) * 144;
+      const int within = int(c0 % 256), sub = within / 32;
+      float scale, min;
+      q4_k_scale_min(*reinterpret_cast<const uint4*>(block), sub, scale, min);
+      const uint2 raw = *reinterpret_cast<const uint2*>(block + 16 + 32 * (sub / 2) + within % 32);
+      const int shift = 4 * (sub % 2);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const uint32_t byte = ((i < 4 ? raw.x : raw.y) >> (8 * (i % 4))) & 0xff;
+        v[i] = __fmaf_rn(float((byte >> shift) & 0x0f), scale, -min);
+      }
+      return;
+    }
+  }
+}
+
+__global__ void dequantize_rows_kernel(Matrix w, int64_t first, int64_t count, uint16_t* out) {
+  const int64_t per_row = w.cols / 8, total = count * per_row;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / per_row, c0 = (i % per_row) * 8;
+    float v[8];
+    values8(w, first + r, c0, v);
+    uint4 packed;
+    uint32_t* words = reinterpret_cast<uint32_t*>(&packed);
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      words[k] = uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(v[2 * k]))) |
+                 uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(v[2 * k + 1]))) << 16;
+    reinterpret_cast<uint4*>(out)[i] = packed;
+  }
+}
+
+__global__ void gather_rows_kernel(Matrix table, const int32_t* rows, float scale, float* x) {
+  const int t = blockIdx.x;
+  const int64_t row = rows[t];
+  for (int64_t c0 = 8 * int64_t(threadIdx.x); c0 < table.cols; c0 += 8 * int64_t(blockDim.x)) {
+    float v[8];
+    values8(table, row, c0, v);
+    float4* dst = reinterpret_cast<float4*>(x + t * table.cols + c0);
+    dst[0] = make_float4(v[0] * scale, v[1] * scale, v[2] * scale, v[3] * scale);
+    dst[1] = make_float4(v[4] * scale, v[5] * scale, v[6] * scale, v[7] * scale);
+  }
+}
+
+template <int kRows, bool kHalfInput>
+void launch_gemv(const Matrix& w, const uint16_t* x, float* out, float beta, cudaStream_t stream) {
+  const int blocks = int(std::min<int64_t>((w.rows + kThreads / 32 - 1) / (kThreads / 32), kMaxBlocks));
+  switch (w.format) {
+    case MatrixFormat::BF16: gemv_bf16_kernel<kRows, kHalfInput><<<blocks, kThreads, 0, stream>>>(w, x, out, beta); return;
+    case MatrixFormat::Q8_0: gemv_q8_0_kernel<kRows, kHalfInput><<<blocks, kThreads, 0, stream>>>(w, x, out, beta); return;
+    case MatrixFormat::Q4_K: gemv_q4_k_kernel<kRows, kHalfInput><<<blocks, kThreads, 0, stream>>>(w, x, out, beta); return;
+  }
+}
+
+template <bool kHalfInput>
+void launch_gemv_group(const Matrix& w, const uint16_t* x, int rows, float* out, float beta, cudaStream_t stream) {
+  switch (rows) {
+    case 1: return launch_gemv<1, kHalfInput>(w, x, out, beta, stream);
+    case 2: return launch_gemv<2, kHalfInput>(w, x, out, beta, stream);
+    case 3: return launch_gemv<3, kHalfInput>(w, x, out, beta, stream);
+    case 4: return launch_gemv<4, kHalfInput>(w, x, out, beta, stream);
+    case 5: return launch_gemv<5, kHalfInput>(w, x, out, beta, stream);
+    case 6: return launch_gemv<6, kHalfInput>(w, x, out, beta, stream);
+    case 7: return launch_gemv<7, kHalfInput>(w, x, out, beta, stream);
+    case 8: return launch_gemv<8, kHalfInput>(w, x, out, beta, stream);
+  }
+}
+
+static_assert(kGemvGroup == 8, "launch_gemv_group instantiates groups of 1..8 rows");
+
+}  // namespace
+
+void gemv(const Matrix& w, const uint16_t* x, bool half_input, int64_t n, float* out, float beta,
+          cudaStream_t stream) {
+  for (int64_t t0 = 0; t0 < n; t0 += kGemvGroup) {
+    const int rows = int(std::min<int64_t>(kGemvGroup, n - t0));
+    if (half_input)
+      launch_gemv_group<true>(w, x + t0 * w.cols, rows, out + t0 * w.rows, beta, stream);
+    else
+      launch_gemv_group<false>(w, x + t0 * w.cols, rows, out + t0 * w.rows, beta, stream);
+  }
+}
+
+void dequantize_rows(const Matrix& w, int64_t first, int64_t count, uint16_t* out, cudaStream_t stream) {
+  const int64_t vectors = count * (w.cols / 8);
+  const int blocks = int(std::clamp<int64_t>((vectors + 255) / 256, 1, 132 * 16));
+  dequantize_rows_kernel<<<blocks, 256, 0, stream>>>(w, first, count, out);
+}
+
+void gather_rows(const Matrix& table, const int32_t* rows, int n, float scale, float* x, cudaStream_t stream) {
+  const int threads = int(std::min<int64_t>(256, (table.cols / 8 + 31) / 32 * 32));
+  gather_rows_kernel<<<n, threads, 0, stream>>>(table, rows, scale, x);
+}
+
+}  // namespace kascade::gpu

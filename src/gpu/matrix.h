@@ -1,0 +1,76 @@
+// Weight matrices on the GPU and the kernels that read them.
+//
+// A matrix keeps the file's encoding where the GPU has a kernel for it, so
+// that decode streams as few bytes as the file holds: Q8_0 and Q4_K stay
+// quantized (an 8B model in Q4_K takes ~5 GB, not 16); every other type is
+// dequantized to bf16 at load. Device layouts, `rows` x `cols`, row-major:
+//   BF16  bf16 [rows][cols]
+//   Q8_0  int8 [rows][cols], then fp16 scales [rows][cols / 32]: the file's
+//         34-byte blocks split so that every load is 16-byte aligned
+//   Q4_K  the file's 144-byte blocks [rows][cols / 256], as they are (9 x 16 bytes)
+// Values are the CPU's (quant/dequant.h) to the last bit where dequantized.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "gpu/device.h"
+#include "ops/matmul.h"
+
+namespace kascade::gpu {
+
+enum class MatrixFormat { BF16, Q8_0, Q4_K };
+
+struct Matrix {
+  MatrixFormat format = MatrixFormat::BF16;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0, cols = 0;
+};
+
+inline Matrix bf16_matrix(const uint16_t* data, int64_t rows, int64_t cols) {
+  return {MatrixFormat::BF16, reinterpret_cast<const uint8_t*>(data), rows, cols};
+}
+
+// ---------------------------------------------------------------------------
+// Host side: from the file's tensors to the device layout.
+
+// The format the parts are kept in when stacked (rows of the first, then the
+// next, ...): Q8_0 or Q4_K when every part has that type, else BF16.
+MatrixFormat device_format(std::initializer_list<const ops::Weight*> parts);
+uint64_t device_bytes(MatrixFormat format, int64_t rows, int64_t cols);
+// The parts stacked, in the device layout of `format`.
+std::vector<uint8_t> pack_rows(MatrixFormat format, std::initializer_list<const ops::Weight*> parts);
+
+struct DeviceMatrix {
+  DeviceMemory memory;
+  Matrix view;
+};
+DeviceMatrix upload_matrix(std::initializer_list<const ops::Weight*> parts, const char* what);
+
+// ---------------------------------------------------------------------------
+// Kernels. x and out are [n][cols] and [n][rows]; x is bf16, or fp16 with
+// half_input.
+
+// Rows a call of gemv takes: decode's batches. A quantized matrix is read
+// once per kGemvGroup rows, so it streams up to four groups before
+// dequantize-then-cuBLAS (gemm.h) costs less.
+inline constexpr int kGemvGroup = 8;
+inline int64_t max_gemv_rows(const Matrix& w) { return w.format == MatrixFormat::BF16 ? kGemvGroup : 4 * kGemvGroup; }
+
+// out[t][r] = sum_c w[r][c] * x[t][c] + beta * out[t][r] for t < n <=
+// max_gemv_rows(w): one warp per weight row streams the row once per
+// kGemvGroup input rows, fp32 accumulation. cols a multiple of 8.
+void gemv(const Matrix& w, const uint16_t* x, bool half_input, int64_t n, float* out, float beta,
+          cudaStream_t stream);
+
+// out = bf16 of rows [first, first + count) of w (bf16 [count][cols]).
+void dequantize_rows(const Matrix& w, int64_t first, int64_t count, uint16_t* out, cudaStream_t stream);
+
+// x[t][c] = float(table[rows[t]][c]) * scale for t < n: embedding rows into
+// the fp32 residual stream.
+void gather_rows(const Matrix& table, const int32_t* rows, int n, float scale, float* x, cudaStream_t stream);
+
+}  // namespace kascade::gpu
