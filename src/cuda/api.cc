@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstdlib>
+#include <numeric>
 #include <string>
 
 #include "core/error.h"
@@ -114,6 +115,8 @@ void validate(const AttentionArgs& args) {
   if (args.max_seq_len < 1) fail("cuda attention: max_seq_len {} must be >= 1", args.max_seq_len);
   if (args.capacity < args.max_seq_len)
     fail("cuda attention: capacity {} is below max_seq_len {}", args.capacity, args.max_seq_len);
+  if (args.query_start < 0 || args.query_start >= args.max_seq_len)
+    fail("cuda attention: query_start {} is outside [0, max_seq_len {})", args.query_start, args.max_seq_len);
   if (args.page_table) {
     if (args.page_size < 16 || (args.page_size & (args.page_size - 1)) != 0)
       fail("cuda attention: page_size {} is not a power of two >= 16", args.page_size);
@@ -125,6 +128,10 @@ void validate(const AttentionArgs& args) {
 
 void require_contiguous(const AttentionArgs& args, const char* call) {
   if (args.page_table) fail("{}: prefill reads a contiguous cache (page_table must be null)", call);
+}
+
+void require_whole_query(const AttentionArgs& args, const char* call) {
+  if (args.query_start != 0) fail("{}: query_start {} must be 0 (it chunks a prefill)", call, args.query_start);
 }
 
 // Bump allocator over one workspace reservation.
@@ -209,16 +216,29 @@ detail::PrefillParams prefill_params(const AttentionArgs& args) {
   p.n_kv_heads = args.n_kv_heads;
   p.group = args.n_heads / args.n_kv_heads;
   p.max_seq_len = args.max_seq_len;
+  p.query_start = args.query_start;
   p.row_blocks = 1;  // block_queries: set by the launch of a causal pass
   p.scale_log2 = scale_log2(args.head_dim);
   p.output = args.output;
   return p;
 }
 
-void validate_prefill_sets(const PrefillIndexSets& sets, const char* name) {
+// Also checks the call's query_start against the sets' tiles (after validate(args)).
+void validate_prefill_sets(const PrefillIndexSets& sets, const char* name, const AttentionArgs& args) {
   if (!sets.indices || !sets.tile_offsets) fail("cuda prefill: {}.indices and .tile_offsets must be set", name);
   if (sets.tile < 1 || sets.tile > 1024) fail("cuda prefill: {}.tile {} is outside [1, 1024]", name, sets.tile);
   if (sets.per_head < 0) fail("cuda prefill: {}.per_head {} is negative", name, sets.per_head);
+  if (args.query_start % sets.tile != 0)
+    fail("cuda prefill: query_start {} is not a multiple of {}.tile {}", args.query_start, name, sets.tile);
+  if (sets.first_tile < 0 || sets.first_tile > args.query_start / sets.tile)
+    fail("cuda prefill: {}.first_tile {} is outside [0, query_start / tile = {}]", name, sets.first_tile,
+         args.query_start / sets.tile);
+}
+
+// The sets' offsets from the call's first tile on (the kernels index them
+// from there).
+const int64_t* call_tile_offsets(const PrefillIndexSets& sets, const AttentionArgs& args) {
+  return sets.tile_offsets + (args.query_start / sets.tile - sets.first_tile);
 }
 
 }  // namespace
@@ -227,15 +247,32 @@ int64_t budget_keys(const Budget& budget, int64_t n) {
   return kascade::budget(n, budget.percent, budget.min_keys);
 }
 
-PrefillIndexLayout prefill_index_layout(int max_seq_len, int tile, const Budget& budget) {
+PrefillIndexLayout prefill_index_layout(int max_seq_len, int tile, const Budget& budget, int query_start) {
   if (tile < 1) fail("prefill_index_layout: tile {} must be >= 1", tile);
   if (max_seq_len < 1) fail("prefill_index_layout: max_seq_len {} must be >= 1", max_seq_len);
+  if (query_start < 0 || query_start >= max_seq_len)
+    fail("prefill_index_layout: query_start {} is outside [0, max_seq_len {})", query_start, max_seq_len);
+  if (query_start % tile != 0)
+    fail("prefill_index_layout: query_start {} is not a multiple of tile {}", query_start, tile);
   PrefillIndexLayout layout;
-  const int n_tiles = (max_seq_len + tile - 1) / tile;
+  layout.first_tile = query_start / tile;
+  const int n_tiles = (max_seq_len + tile - 1) / tile - layout.first_tile;
   layout.offsets.resize(n_tiles + 1);
   layout.offsets[0] = 0;
-  for (int t = 0; t < n_tiles; ++t) layout.offsets[t + 1] = layout.offsets[t] + budget_keys(budget, int64_t(t) * tile);
+  for (int i = 0; i < n_tiles; ++i)
+    layout.offsets[i + 1] = layout.offsets[i] + budget_keys(budget, int64_t(layout.first_tile + i) * tile);
   return layout;
+}
+
+int prefill_exact_multiple(int n_heads, int n_kv_heads, int head_dim) {
+  if (n_heads < 1 || n_kv_heads < 1 || n_heads % n_kv_heads != 0)
+    fail("prefill_exact_multiple: n_heads {} must be a positive multiple of n_kv_heads {}", n_heads, n_kv_heads);
+  const int group = n_heads / n_kv_heads;
+  if (group > kPrefillBlockRows) fail("prefill_exact_multiple: group size {} exceeds {}", group, kPrefillBlockRows);
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256)
+    fail("prefill_exact_multiple: head_dim {} is not 64, 128 or 256", head_dim);
+  return std::lcm(detail::causal_block_queries(group, head_dim, detail::PrefillMode::Attend),
+                  detail::causal_block_queries(group, head_dim, detail::PrefillMode::LseOnly));
 }
 
 Workspace::~Workspace() {
@@ -255,6 +292,7 @@ void* Workspace::reserve(size_t bytes) {
 
 void dense_decode(const AttentionArgs& args, float* lse, Workspace& workspace, cudaStream_t stream) {
   validate(args);
+  require_whole_query(args, "dense_decode");
   detail::DecodeParams p = decode_params(args);
   p.lse = lse;
   p.splits = plan_splits(p, args.max_seq_len,
@@ -269,6 +307,7 @@ void dense_decode(const AttentionArgs& args, float* lse, Workspace& workspace, c
 void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_output,
                    const DecodeIndexSets& selection, Workspace& workspace, cudaStream_t stream) {
   validate(args);
+  require_whole_query(args, "anchor_decode");
   if (!selection.indices || !selection.counts) fail("anchor_decode: selection.indices and .counts must be set");
   const int64_t max_budget = budget_keys(budget, args.max_seq_len);
   if (selection.max_keys < max_budget)
@@ -338,6 +377,7 @@ void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_o
 void reuse_decode(const AttentionArgs& args, const DecodeIndexSets& anchor, const int* head_map,
                   Workspace& workspace, cudaStream_t stream) {
   validate(args);
+  require_whole_query(args, "reuse_decode");
   if (!anchor.indices || !anchor.counts) fail("reuse_decode: anchor.indices and .counts must be set");
   if (anchor.max_keys < 1) fail("reuse_decode: anchor.max_keys {} must be >= 1", anchor.max_keys);
   detail::DecodeParams p = decode_params(args);
@@ -377,16 +417,18 @@ void anchor_prefill(const AttentionArgs& args, const Budget& budget, bool dense_
                     const PrefillIndexSets& selection, Workspace& workspace, cudaStream_t stream) {
   validate(args);
   require_contiguous(args, "anchor_prefill");
-  validate_prefill_sets(selection, "selection");
+  validate_prefill_sets(selection, "selection", args);
   if (!(budget.percent > 0 && budget.percent <= 100) || budget.min_keys < 0)
     fail("anchor_prefill: budget percent {} / min_keys {} out of range", budget.percent, budget.min_keys);
-  const PrefillIndexLayout layout = prefill_index_layout(args.max_seq_len, selection.tile, budget);
+  const PrefillIndexLayout layout =
+      prefill_index_layout(args.max_seq_len, selection.tile, budget, selection.first_tile * selection.tile);
   if (selection.per_head < layout.per_head())
     fail("anchor_prefill: selection.per_head {} is below the layout's {}", selection.per_head, layout.per_head());
 
   const int n_slots = detail::tile_select_slots(args.dtype, args.head_dim);
+  const int64_t query_rows = args.max_seq_len - args.query_start;  // per sequence
   auto carve = [&](Carver& carver, float*& lse, float*& slots, int*& counter) {
-    lse = carver.take<float>(int64_t(args.batch) * args.n_heads * args.max_seq_len);
+    lse = carver.take<float>(int64_t(args.batch) * args.n_heads * query_rows);
     slots = carver.take<float>(int64_t(n_slots) * args.max_seq_len);
     counter = carver.take<int>(1);
   };
@@ -413,9 +455,10 @@ void anchor_prefill(const AttentionArgs& args, const Budget& budget, bool dense_
   select.group = args.n_heads / args.n_kv_heads;
   select.max_seq_len = args.max_seq_len;
   select.tile = selection.tile;
+  select.query_start = args.query_start;
   select.lse = lse;
   select.indices = selection.indices;
-  select.tile_offsets = selection.tile_offsets;
+  select.tile_offsets = call_tile_offsets(selection, args);
   select.per_head = selection.per_head;
   select.slots = slots;
   select.work_counter = counter;
@@ -429,13 +472,13 @@ void reuse_prefill(const AttentionArgs& args, const PrefillIndexSets& anchor, co
                    Workspace& workspace, cudaStream_t stream) {
   validate(args);
   require_contiguous(args, "reuse_prefill");
-  validate_prefill_sets(anchor, "anchor");
+  validate_prefill_sets(anchor, "anchor", args);
   (void)workspace;  // reads the anchor's sets in place
   detail::PrefillParams p = prefill_params(args);
   p.block_queries = anchor.tile;
   p.row_blocks = (anchor.tile * p.group + kPrefillBlockRows - 1) / kPrefillBlockRows;
   p.indices = anchor.indices;
-  p.tile_offsets = anchor.tile_offsets;
+  p.tile_offsets = call_tile_offsets(anchor, args);
   p.per_head = anchor.per_head;
   p.head_map = head_map;
   detail::launch_prefill_attention(p, args.dtype, args.head_dim, detail::PrefillKeys::Selected,

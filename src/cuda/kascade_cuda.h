@@ -10,13 +10,34 @@
 //   KV cache   keys/values [batch][n_kv_heads][capacity][head_dim], or paged
 //              (decode; see AttentionArgs::page_table)
 //   decode     queries/output [batch][n_heads][head_dim]
-//   prefill    queries/output [batch][max_seq_len][n_heads][head_dim]
+//   prefill    queries/output [batch][rows][n_heads][head_dim]
 //   LSE        fp32, natural log: decode [batch][n_heads],
-//              prefill [batch][n_heads][max_seq_len]
+//              prefill [batch][n_heads][rows]
+//   where rows = max_seq_len - query_start (max_seq_len when not chunked).
 // Sequences in a batch may have different lengths (seq_lens, device int32).
-// Decode: the query of sequence b sees keys [0, seq_lens[b]). Prefill: the
-// whole sequence is the prompt; query q sees keys [0, q]. Output rows of
-// prefill positions >= seq_lens[b] are not written.
+// Decode: the query of sequence b sees keys [0, seq_lens[b]). Prefill: query
+// q sees keys [0, q]. A prefill call computes the queries at positions
+// [query_start, seq_lens[b]) (AttentionArgs::query_start; 0: the whole
+// prompt), row i of queries, output and LSE being position query_start + i;
+// the cache holds the keys and values of [0, seq_lens[b]), the earlier
+// chunks' and the call's own. Rows of positions >= seq_lens[b] are not
+// written (a sequence with seq_lens[b] <= query_start has none).
+//
+// Chunked prefill: a prompt prefilled as chunks [0, c1), [c1, c2), ... (the
+// call of chunk [c, e) with query_start = c and seq_lens[b] = min(length, e),
+// max_seq_len their maximum) attends exactly the keys of the one-pass call:
+// dense rows [0, q]; anchors the same selection (each tile's pooled scores
+// over its whole prefix, with the rows' LSE over [0, q]); reuse the anchor's
+// sets. Kascade calls need query_start to be a multiple of the tile, and
+// their index sets need only cover the chunk's tiles (prefill_index_layout
+// with query_start); dense calls take any query_start. When every chunk
+// boundary c1, c2, ... is a multiple of prefill_exact_multiple() (and of the
+// tile), every output, LSE and index set of the chunks is bit-equal to the
+// one-pass call's rows. Otherwise the causal passes (dense attention, the
+// anchor's LSE pass) group the rows into blocks differently, which changes
+// their rounding: results agree to rounding, and an anchor may pick another
+// key at a near-tie of a k-th pooled score. A reuse pass (blocks of a tile)
+// is bit-equal at any tile multiple, given the same sets.
 //
 // Budget: budget(N) = min(N, max(min_k, floor(percent * N / 100))), exactly as
 // the CPU reference computes it; the kernels do not round it.
@@ -63,6 +84,10 @@ struct AttentionArgs {
   const int* page_table = nullptr;
   int page_size = 0;  // a power of two, >= 16
   int64_t page_table_stride = 0;
+  // Prefill only (decode takes 0): the position of the call's first query row,
+  // in [0, max_seq_len), the same for the whole batch (chunked prefill; see
+  // the header comment). Kascade prefill: a multiple of the index sets' tile.
+  int query_start = 0;
 };
 
 // Decode index sets: [batch][n_kv_heads][max_keys] int32, ascending; the
@@ -75,19 +100,39 @@ struct DecodeIndexSets {
 
 // Prefill index sets, per (sequence, KV head, query tile t): budget(t*tile)
 // ascending indices in [0, t*tile), stored at indices[(b*G + h)*per_head +
-// offsets[t]]. Build the layout with prefill_index_layout.
+// offsets[t - first_tile]]. They cover the tiles [first_tile, n_tiles), n_tiles
+// = ceil(max_seq_len / tile); a call writes or reads those of its queries,
+// [query_start / tile, n_tiles), so first_tile must be at most query_start /
+// tile. Build the layout with prefill_index_layout.
 struct PrefillIndexSets {
   int* indices = nullptr;
   const int64_t* tile_offsets = nullptr;  // device copy of PrefillIndexLayout::offsets
   int64_t per_head = 0;
   int tile = 32;
+  int first_tile = 0;  // PrefillIndexLayout::first_tile
 };
 
 struct PrefillIndexLayout {
-  std::vector<int64_t> offsets;  // [n_tiles + 1], offsets[t] = sum of budgets of tiles < t
+  int first_tile = 0;  // query_start / tile
+  // [n_tiles - first_tile + 1]: offsets[i] = sum of budget(t*tile) over the
+  // tiles first_tile <= t < first_tile + i (for a chunk: the differences of
+  // the whole prompt's offsets from its first tile on).
+  std::vector<int64_t> offsets;
   int64_t per_head() const { return offsets.back(); }
 };
-PrefillIndexLayout prefill_index_layout(int max_seq_len, int tile, const Budget& budget);
+// The layout of the tiles [query_start / tile, ceil(max_seq_len / tile)) of
+// a call's queries (its max_seq_len and query_start): a whole prompt's with
+// query_start 0, a chunk's otherwise. query_start must be a multiple of tile
+// in [0, max_seq_len).
+PrefillIndexLayout prefill_index_layout(int max_seq_len, int tile, const Budget& budget, int query_start = 0);
+
+// The query blocks of the causal prefill passes (dense attention, the
+// anchor's LSE pass) for g = n_heads / n_kv_heads: floor(128 / g) and, up to
+// head_dim 128, floor(256 / g) queries; this returns their least common
+// multiple (256 / g for g a power of two up to 128, e.g. 64 at g = 4, but
+// 3570 at g = 3). Chunks whose boundaries are all multiples of it (and of
+// the tile) reproduce the one-pass call bit for bit (see the header comment).
+int prefill_exact_multiple(int n_heads, int n_kv_heads, int head_dim);
 
 // Scratch memory owned by the caller, grown on demand (growth synchronises
 // the device; run a call once ahead to size it). high_water() reports the

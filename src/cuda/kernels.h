@@ -123,39 +123,51 @@ void launch_top_k(const float* values, int64_t row_stride, const int* lengths, c
 enum class PrefillKeys { Causal, Selected };
 enum class PrefillMode { Attend, LseOnly };
 
+// Queries, output and LSE hold the rows of positions [query_start,
+// max_seq_len): position q is row q - query_start of its sequence's
+// max_seq_len - query_start rows. Blocks are laid out from query_start on
+// (block i: queries query_start + i * block_queries ...).
 struct PrefillParams {
-  const void* queries = nullptr;  // [batch][max_seq_len][n_heads][head_dim]
+  const void* queries = nullptr;  // [batch][max_seq_len - query_start][n_heads][head_dim]
   const void* keys = nullptr;
   const void* values = nullptr;
   int64_t kv_head_stride = 0;
   const int* seq_lens = nullptr;
   int batch = 0, n_heads = 0, n_kv_heads = 0, group = 0, max_seq_len = 0;
-  int block_queries = 0;  // queries per block: a tile when Selected; causal: set by the launch (block rows / group)
+  int query_start = 0;    // first query position (Selected: a multiple of block_queries)
+  int block_queries = 0;  // queries per block: a tile when Selected; causal: set by the launch (causal_block_queries)
   int row_blocks = 0;     // blocks per (query block, KV head): ceil(block_queries*group/128)
-  // Selected: tile t's keys are indices[(b*G + head_map[h])*per_head + tile_offsets[t] ...
-  // tile_offsets[t+1]) followed by [t*tile, (t+1)*tile).
+  // Selected: the keys of query block i (tile query_start / block_queries + i)
+  // are indices[(b*G + head_map[h])*per_head + tile_offsets[i] ... tile_offsets[i+1])
+  // followed by the tile's own positions.
   const int* indices = nullptr;
   const int64_t* tile_offsets = nullptr;
   int64_t per_head = 0;
   const int* head_map = nullptr;
   float scale_log2 = 0.f;
   void* output = nullptr;
-  float* lse = nullptr;  // natural [batch][n_heads][max_seq_len], optional (required for LseOnly)
+  float* lse = nullptr;  // natural [batch][n_heads][max_seq_len - query_start], optional (required for LseOnly)
 };
 void launch_prefill_attention(const PrefillParams& params, DType dtype, int head_dim, PrefillKeys keys,
                               PrefillMode mode, cudaStream_t stream);
+// Queries per block of a causal pass of `mode` (its block rows / group).
+int causal_block_queries(int group, int head_dim, PrefillMode mode);
 
 // Anchor prefill selection: persistent blocks take tiles (largest prefix
 // first), accumulate the tile's pooled scores over [0, s) into a private slot
-// and radix-select budget(s) of them.
+// and radix-select budget(s) of them. The tiles are those of the queries
+// [query_start, max_seq_len), rows as in PrefillParams.
 struct TileSelectParams {
-  const void* queries = nullptr;
+  const void* queries = nullptr;  // as PrefillParams::queries
   const void* keys = nullptr;
   int64_t kv_head_stride = 0;
   const int* seq_lens = nullptr;
   int batch = 0, n_heads = 0, n_kv_heads = 0, group = 0, max_seq_len = 0, tile = 0;
-  const float* lse = nullptr;  // natural [batch][n_heads][max_seq_len]
-  int* indices = nullptr;  // tile t keeps tile_offsets[t+1] - tile_offsets[t] keys
+  int query_start = 0;         // a multiple of tile
+  const float* lse = nullptr;  // natural [batch][n_heads][max_seq_len - query_start]
+  // Tile t (>= query_start / tile) keeps tile_offsets[i+1] - tile_offsets[i]
+  // keys at tile_offsets[i], i = t - query_start / tile.
+  int* indices = nullptr;
   const int64_t* tile_offsets = nullptr;
   int64_t per_head = 0;
   float* slots = nullptr;  // [n_blocks][max_seq_len]

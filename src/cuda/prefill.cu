@@ -45,12 +45,26 @@ __device__ __forceinline__ RowInfo row_info(int row, int q0, int block_queries, 
   return info;
 }
 
+// The call's rows of sequence b: positions [query_start, max_seq_len), row
+// q - query_start for position q. Queries and output are [batch][rows][H][d],
+// the LSE [batch][H][rows].
+template <typename Params>  // PrefillParams or TileSelectParams
+__device__ __forceinline__ int64_t query_row(const Params& p, int b, int query) {
+  return int64_t(b) * (p.max_seq_len - p.query_start) + (query - p.query_start);
+}
+template <typename Params>
+__device__ __forceinline__ int64_t lse_index(const Params& p, int b, int head, int query) {
+  return (int64_t(b) * p.n_heads + head) * (p.max_seq_len - p.query_start) + (query - p.query_start);
+}
+
 // The (sequence, KV head, row block, query block) of a prefill block; the
 // grid is laid out by prefill_grid. Blocks start roughly in launch order (x
 // fastest): all query blocks of one KV head, heaviest first (causal work
 // grows with the position), then the next head. The blocks running together
 // then read one head's K/V rows, which fit the L2, rather than all heads'
 // (an anchor 2-4 % faster than with all heads of a query block together).
+// q_block counts from the call's first query: its queries start at
+// query_start + q_block * block_queries.
 struct BlockWork {
   int b = 0, kv_head = 0, row_base = 0, q_block = 0;
 };
@@ -141,7 +155,7 @@ __device__ __forceinline__ void copy_query_row(const Params& p, int b, int q0, i
   const RowInfo info = row_info(row_base + row, q0, block_queries, p.group, kv_head, seq_len);
   const bool valid = info.query >= 0;
   const T* source = static_cast<const T*>(p.queries);
-  if (valid) source += ((int64_t(b) * p.max_seq_len + info.query) * p.n_heads + info.head) * kDim;
+  if (valid) source += (query_row(p, b, info.query) * p.n_heads + info.head) * kDim;
 #pragma unroll
   for (int i = 0; i < kDim / 16; ++i) {
     const int chunk = 2 * i + parity;
@@ -173,7 +187,7 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
 
   const BlockWork work = block_work(p);
   const int b = work.b, kv_head = work.kv_head, row_base = work.row_base, q_block = work.q_block;
-  const int q0 = q_block * p.block_queries;
+  const int q0 = p.query_start + q_block * p.block_queries;
   const int seq_len = p.seq_lens[b];
   if (q0 >= seq_len) return;
 
@@ -586,11 +600,10 @@ __global__ void __launch_bounds__(hopper::Config<kDim, kMode == PrefillMode::Att
     const RowInfo& info = rows[r];
     if (info.query < 0) continue;
     const float lse2 = state_row.log2_sum_exp();
-    if (p.lse && quad_col == 0) p.lse[(int64_t(b) * p.n_heads + info.head) * p.max_seq_len + info.query] = lse2 * kLn2;
+    if (p.lse && quad_col == 0) p.lse[lse_index(p, b, info.head, info.query)] = lse2 * kLn2;
     if constexpr (kReadValues) {
       const float inverse = state_row.sum > 0.f ? 1.f / state_row.sum : 0.f;
-      T* out_row =
-          static_cast<T*>(p.output) + ((int64_t(b) * p.max_seq_len + info.query) * p.n_heads + info.head) * kDim;
+      T* out_row = static_cast<T*>(p.output) + (query_row(p, b, info.query) * p.n_heads + info.head) * kDim;
 #pragma unroll
       for (int j = 0; j < kDim / 8; ++j) {
         const uint32_t packed = ElementTraits<T>::pack2(out[4 * j + 2 * r] * inverse, out[4 * j + 2 * r + 1] * inverse);
@@ -654,8 +667,12 @@ __global__ void __launch_bounds__(hopper::SelectConfig<kDim>::kThreads, 1)
   const int quad_row = lane >> 2, quad_col = lane & 3;
   const uint32_t query_tile = base + unit * Tiles::kQueryBytes;
   const uint64_t query_descriptor = hopper::descriptor_k_major(query_tile);
+  // The call's tiles: [first_tile, max_tiles), items from the last one down;
+  // tile t's set is at tile_offsets[t - first_tile]. Tile 0 has no keys.
   const int max_tiles = (p.max_seq_len + p.tile - 1) / p.tile;
-  const int items_per_head = (max_tiles + kUnits - 1) / kUnits;
+  const int first_tile = p.query_start / p.tile;
+  const int lowest_tile = max(first_tile, 1);
+  const int items_per_head = (max_tiles - first_tile + kUnits - 1) / kUnits;
   const int items = items_per_head * p.batch * p.n_kv_heads;
   auto slot_of = [&](int u) { return p.slots + (int64_t(blockIdx.x) * kUnits + u) * p.max_seq_len; };
   float* slot = slot_of(unit);
@@ -676,16 +693,17 @@ __global__ void __launch_bounds__(hopper::SelectConfig<kDim>::kThreads, 1)
     // takes the keys pass (k < s; a tile with k >= s keeps every key). Worked
     // out again after the pass rather than kept in registers through it.
     struct UnitPlan {
-      int tile, keys, budget;
+      int tile, offset, keys, budget;  // offset: the tile's index in tile_offsets
       bool has_keys, selects;
     };
     auto plan = [&](int u) {
       UnitPlan made;
       made.tile = max_tiles - 1 - kUnits * (item % items_per_head) - u;
       made.keys = made.tile * p.tile;
-      made.has_keys = made.tile > 0 && made.keys < seq_len;
+      made.offset = made.tile - first_tile;
+      made.has_keys = made.tile >= lowest_tile && made.keys < seq_len;
       made.budget =
-          made.has_keys ? static_cast<int>(p.tile_offsets[made.tile + 1] - p.tile_offsets[made.tile]) : 0;
+          made.has_keys ? static_cast<int>(p.tile_offsets[made.offset + 1] - p.tile_offsets[made.offset]) : 0;
       made.selects = made.has_keys && made.budget < made.keys;
       return made;
     };
@@ -694,7 +712,7 @@ __global__ void __launch_bounds__(hopper::SelectConfig<kDim>::kThreads, 1)
     for (int u = 0; u < kUnits; ++u) {
       const UnitPlan tile = plan(u);
       if (tile.has_keys && !tile.selects) {
-        int* out = head_indices + p.tile_offsets[tile.tile];
+        int* out = head_indices + p.tile_offsets[tile.offset];
         for (int i = threadIdx.x; i < tile.keys; i += kThreads) out[i] = i;
       }
       if (tile.selects) {
@@ -743,7 +761,7 @@ __global__ void __launch_bounds__(hopper::SelectConfig<kDim>::kThreads, 1)
         for (int e = 0; e < 2; ++e) {
           const RowInfo info = row_info(row_base + 8 * j + 2 * quad_col + e, s, block_queries, p.group, kv_head, seq_len);
           column_lse[2 * j + e] = active && info.query >= 0
-                                      ? p.lse[(int64_t(b) * p.n_heads + info.head) * p.max_seq_len + info.query] * kLog2e
+                                      ? p.lse[lse_index(p, b, info.head, info.query)] * kLog2e
                                       : INFINITY;
         }
       cp_async_wait<0>();
@@ -807,7 +825,7 @@ __global__ void __launch_bounds__(hopper::SelectConfig<kDim>::kThreads, 1)
       const UnitPlan tile = plan(u);
       if (tile.selects)
         select_top_k_block<kThreads, 16>(slot_of(u), tile.keys, tile.budget,
-                                         head_indices + p.tile_offsets[tile.tile], select_shared);
+                                         head_indices + p.tile_offsets[tile.offset], select_shared);
     }
     hopper::fence_proxy_async();  // generic writes to the stages before the next TMA writes
     __syncthreads();
@@ -821,7 +839,6 @@ struct KernelInfo {
   int shared_bytes = 0;
   int blocks_per_sm = 1;
   int threads = 0;
-  int block_rows = kBlockRows;  // (query, head) rows of a causal block
 };
 
 KernelInfo configure(const void* kernel, int shared_bytes, int threads, const char* name) {
@@ -832,9 +849,9 @@ KernelInfo configure(const void* kernel, int shared_bytes, int threads, const ch
   return made;
 }
 
-// The grid that block_work decodes.
+// The grid that block_work decodes: the query blocks of the call's queries.
 dim3 prefill_grid(const PrefillParams& p) {
-  const int query_blocks = (p.max_seq_len + p.block_queries - 1) / p.block_queries;
+  const int query_blocks = (p.max_seq_len - p.query_start + p.block_queries - 1) / p.block_queries;
   return dim3(p.row_blocks * query_blocks, p.n_kv_heads, p.batch);
 }
 
@@ -876,12 +893,9 @@ CUtensorMap kv_tensor_map(const void* data, DType dtype, int64_t rows, int head_
 template <typename T, int kDim, PrefillKeys kKeys, PrefillMode kMode, bool kOverlap>
 const KernelInfo& wgmma_kernel_info() {
   using Config = hopper::Config<kDim, kMode == PrefillMode::Attend>;
-  static const KernelInfo info = [] {
-    KernelInfo made = configure(reinterpret_cast<const void*>(&wgmma_prefill_kernel<T, kDim, kKeys, kMode, kOverlap>),
-                                Config::kSharedBytes, Config::kThreads, "configure wgmma_prefill_kernel");
-    made.block_rows = Config::kBlockRows;
-    return made;
-  }();
+  static const KernelInfo info =
+      configure(reinterpret_cast<const void*>(&wgmma_prefill_kernel<T, kDim, kKeys, kMode, kOverlap>),
+                Config::kSharedBytes, Config::kThreads, "configure wgmma_prefill_kernel");
   return info;
 }
 
@@ -932,7 +946,7 @@ void launch_wgmma_prefill(const PrefillParams& params, DType dtype, int head_dim
   hp.p = params;
   hp.capacity = static_cast<int>(params.kv_head_stride / head_dim);
   if (keys == PrefillKeys::Causal) {
-    hp.p.block_queries = std::max(1, info.block_rows / params.group);
+    hp.p.block_queries = causal_block_queries(params.group, head_dim, mode);
     const int64_t rows = int64_t(params.batch) * params.n_kv_heads * hp.capacity;
     if (rows >= (int64_t(1) << 31)) unsupported("KV rows for the tensor map", rows);
     const int chunk_keys = attention_chunk_keys(head_dim);
@@ -970,6 +984,15 @@ const KernelInfo& tile_select_kernel_for(DType dtype, int head_dim) {
 void launch_prefill_attention(const PrefillParams& params, DType dtype, int head_dim, PrefillKeys keys,
                               PrefillMode mode, cudaStream_t stream) {
   launch_wgmma_prefill(params, dtype, head_dim, keys, mode, stream);
+}
+
+int causal_block_queries(int group, int head_dim, PrefillMode mode) {
+  const int block_rows = with_head_dim(head_dim, [&](auto dim) {
+    constexpr int kDim = decltype(dim)::value;
+    return mode == PrefillMode::Attend ? hopper::Config<kDim, true>::kBlockRows
+                                       : hopper::Config<kDim, false>::kBlockRows;
+  });
+  return std::max(1, block_rows / group);
 }
 
 int tile_select_slots(DType dtype, int head_dim) {

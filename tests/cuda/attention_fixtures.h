@@ -48,7 +48,8 @@ inline AttentionArgs attention_args(const Geometry& geometry, const DeviceCache&
 }
 
 // Prefill index sets in `indices` ([batch][n_kv_heads][layout.per_head()])
-// for tiles of `tile` queries; device_offsets is a device copy of layout.offsets.
+// for tiles of `tile` queries (the layout's, from its first tile on);
+// device_offsets is a device copy of layout.offsets.
 inline PrefillIndexSets prefill_index_sets(int* indices, const int64_t* device_offsets,
                                            const PrefillIndexLayout& layout, int tile) {
   PrefillIndexSets sets;
@@ -56,6 +57,7 @@ inline PrefillIndexSets prefill_index_sets(int* indices, const int64_t* device_o
   sets.tile_offsets = device_offsets;
   sets.per_head = layout.per_head();
   sets.tile = tile;
+  sets.first_tile = layout.first_tile;
   return sets;
 }
 

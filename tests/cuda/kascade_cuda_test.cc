@@ -13,18 +13,24 @@
 //    least the CPU set's mass minus 1e-3, and every index that differs from
 //    the CPU set is a near-tie of the k-th score (float round-off only);
 //  - top_k: exactly equal to select_top_k, on inputs full of ties;
-//  - budget: budget_keys equals kascade::budget.
+//  - budget: budget_keys equals kascade::budget;
+//  - chunked prefill (query_start): the checks above, and the chunks' rows
+//    bit-equal to the one-pass call's when every chunk boundary is a multiple
+//    of prefill_exact_multiple (within rounding otherwise: compare_chunked);
+//    on the host, the chunk index layouts and the query_start checks.
 // Each check also prints a PASS/FAIL line with its numbers.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <set>
@@ -461,133 +467,388 @@ void test_decode_paged(const Problem& p, const kc::Budget& budget, int page_size
   EXPECT_THROW(kc::dense_prefill(paged, nullptr, workspace, nullptr), kascade::Error);
 }
 
-void test_prefill(const Problem& p, const kc::Budget& budget, int tile) {
-  const std::string name = "prefill T=" + std::to_string(tile) + " " + p.name();
-  Cache cache(p);
-  const int d = p.head_dim, g = p.group(), max_len = p.max_len();
-  // Queries [batch][max_len][H][d]; keys of position q are the cache rows (self-attention).
-  const Tensor16 queries = random_tensor(size_t(p.batch()) * max_len * p.n_heads * d, p.bf16, p.query_scale);
-  DeviceBuffer<uint16_t> device_queries(queries.bits.size()), output(queries.bits.size());
-  device_queries.upload(queries.bits);
-  DeviceBuffer<float> lse(size_t(p.batch()) * p.n_heads * max_len);
-  kc::AttentionArgs args = make_args(p, cache, device_queries.data, output.data);
-  kc::Workspace workspace;
+// A prefill problem on both sides: the cache, the prompt's queries
+// [batch][max_len][H][d] (keys of position q are the cache rows:
+// self-attention), the whole prompt's index layout and the CPU references.
+struct PrefillCase {
+  const Problem& p;
+  kc::Budget budget;
+  int tile;
+  Cache cache;
+  Tensor16 queries;
+  kc::PrefillIndexLayout layout;  // the whole prompt's (first tile 0)
+  PrefillCase(const Problem& problem, const kc::Budget& b, int t)
+      : p(problem),
+        budget(b),
+        tile(t),
+        cache(problem),
+        queries(random_tensor(size_t(problem.batch()) * problem.max_len() * problem.n_heads * problem.head_dim,
+                              problem.bf16, problem.query_scale)),
+        layout(kc::prefill_index_layout(problem.max_len(), t, b)) {}
 
-  auto group_queries = [&](int b, int h, int64_t first, int64_t count) {
+  ka::GroupQueries group_queries(int b, int h, int64_t first, int64_t count) const {
     ka::GroupQueries rows;
-    rows.data = queries.values.data() + ((int64_t(b) * max_len + first) * p.n_heads + h * g) * d;
+    rows.data = queries.values.data() + ((int64_t(b) * p.max_len() + first) * p.n_heads + h * p.group()) * p.head_dim;
     rows.n_positions = count;
-    rows.group = g;
-    rows.position_stride = int64_t(p.n_heads) * d;
-    rows.head_stride = d;
+    rows.group = p.group();
+    rows.position_stride = int64_t(p.n_heads) * p.head_dim;
+    rows.head_stride = p.head_dim;
     rows.first_position = first;
     return rows;
-  };
-  auto compare_rows = [&](const std::vector<uint16_t>& gpu, int b, int h, int64_t first, int64_t count,
-                          const std::vector<float>& ref, ErrorMeter& meter) {
+  }
+  // Element i of head r of KV head h's group at position q, in [batch][max_len][H][d].
+  int64_t output_index(int b, int h, int64_t q, int r, int i) const {
+    return ((int64_t(b) * p.max_len() + q) * p.n_heads + h * p.group() + r) * p.head_dim + i;
+  }
+  // The rows of positions [first, first + count) of KV head h's group against `ref` ([count][g][d]).
+  void compare_rows(const std::vector<uint16_t>& gpu, int b, int h, int64_t first, int64_t count,
+                    const std::vector<float>& ref, ErrorMeter& meter) const {
+    const int g = p.group(), d = p.head_dim;
     for (int64_t t = 0; t < count; ++t)
       for (int r = 0; r < g; ++r)
         for (int i = 0; i < d; ++i)
-          meter.add(from_bits(gpu[((int64_t(b) * max_len + first + t) * p.n_heads + h * g + r) * d + i], p.bf16),
-                    ref[(t * g + r) * d + i]);
-  };
-  auto dense_reference = [&](int b, int h) {
+          meter.add(from_bits(gpu[size_t(output_index(b, h, first + t, r, i))], p.bf16), ref[(t * g + r) * d + i]);
+  }
+  std::vector<float> dense_reference(int b, int h) const {
+    const int g = p.group(), d = p.head_dim;
     std::vector<float> out(size_t(p.lens[b]) * g * d);
     ka::dense_attention(group_queries(b, h, 0, p.lens[b]), cache.rows(p, b, h), d, {out.data(), int64_t(g) * d, d});
     return out;
-  };
-
-  output.poison();
-  lse.poison();
-  kc::dense_prefill(args, lse.data, workspace, nullptr);
-  check_cuda(cudaDeviceSynchronize(), "dense_prefill");
-  {
-    const std::vector<uint16_t> gpu = output.download();
-    const std::vector<float> gpu_lse = lse.download();
-    ErrorMeter meter;
-    double worst_lse = 0;
-    for (int b = 0; b < p.batch(); ++b)
-      for (int h = 0; h < p.n_kv_heads; ++h) {
-        compare_rows(gpu, b, h, 0, p.lens[b], dense_reference(b, h), meter);
-        std::vector<float> cpu_lse(size_t(p.lens[b]) * g);
-        ka::row_lse(group_queries(b, h, 0, p.lens[b]), cache.rows(p, b, h).keys, d, d, cpu_lse.data());
-        for (int64_t t = 0; t < p.lens[b]; ++t)
-          for (int r = 0; r < g; ++r) {
-            const float value = gpu_lse[(int64_t(b) * p.n_heads + h * g + r) * max_len + t];
-            worst_lse = std::isfinite(value) ? std::max(worst_lse, double(std::fabs(value - cpu_lse[t * g + r]))) : INFINITY;
-          }
-      }
-    expect_output(meter, name + " dense output");
-    expect_lse(worst_lse, name + " dense LSE");
   }
+  // Tile t's set of (sequence b, KV head h) in `indices` ([batch][G][layout.per_head()]).
+  std::span<const int32_t> set(const std::vector<int>& indices, int b, int h, int64_t t) const {
+    const int* base = indices.data() + (int64_t(b) * p.n_kv_heads + h) * layout.per_head();
+    return {base + layout.offsets[t], size_t(layout.offsets[t + 1] - layout.offsets[t])};
+  }
+  // CPU pooled post-softmax scores of tile t (t > 0) of (b, h) over its prefix.
+  std::vector<float> tile_pooled(int b, int h, int64_t t) const {
+    const int64_t s = t * tile, count = std::min<int64_t>(tile, p.lens[b] - s);
+    return cpu_pooled(group_queries(b, h, s, count), cache.rows(p, b, h).keys, p.head_dim, s);
+  }
+};
 
-  const kc::PrefillIndexLayout layout = kc::prefill_index_layout(max_len, tile, budget);
-  DeviceBuffer<int> indices(size_t(p.batch()) * p.n_kv_heads * layout.per_head());
-  DeviceBuffer<int64_t> offsets(layout.offsets.size());
-  offsets.upload(layout.offsets);
-  const kc::PrefillIndexSets sets = kc::fixtures::prefill_index_sets(indices.data, offsets.data, layout, tile);
-  ka::SelectionRule rule;
-  rule.percent = budget.percent;
-  rule.min_k = budget.min_keys;
-  std::vector<int> gpu_indices;
-  for (bool dense_output : {false, true}) {
-    const std::string label = name + (dense_output ? " anchor(layer 0)" : " anchor");
+enum class PrefillPass { Dense, Anchor, AnchorDenseOutput, Reuse };
+
+const char* pass_name(PrefillPass pass) {
+  switch (pass) {
+    case PrefillPass::Dense: return "dense";
+    case PrefillPass::Anchor: return "anchor";
+    case PrefillPass::AnchorDenseOutput: return "anchor(layer 0)";
+    case PrefillPass::Reuse: return "reuse (head map)";
+  }
+  return "?";
+}
+
+// A prefill pass's results over the whole prompt in the one-pass layouts
+// (a chunked run's calls scattered into them). Whatever no call wrote keeps
+// the poison (all bits set), as the device buffers do.
+struct PrefillResult {
+  std::vector<uint16_t> output;  // [batch][max_len][H][d]
+  std::vector<float> lse;        // [batch][H][max_len]: dense only
+  std::vector<int> indices;      // [batch][G][layout.per_head()]: anchors only
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Runs `pass` over the prompt as chunks starting at `starts` (ascending, the
+// first 0; {0} is the one-pass call). The call of chunk [start, end) has
+// query_start = start, seq_lens min(len, end), max_seq_len end, queries and
+// output of its rows only, and (anchors) index sets in the chunk's layout.
+// Reuse reads `anchor` (sets of any first tile) through head map `map`.
+PrefillResult run_prefill(const PrefillCase& c, PrefillPass pass, const std::vector<int>& starts,
+                          const kc::PrefillIndexSets* anchor, const int* map, kc::Workspace& workspace) {
+  const Problem& p = c.p;
+  const int B = p.batch(), H = p.n_heads, G = p.n_kv_heads, d = p.head_dim, max_len = p.max_len();
+  const int64_t per_head = c.layout.per_head();
+  PrefillResult result;
+  result.output.assign(size_t(B) * max_len * H * d, 0xffff);
+  const float poison = std::bit_cast<float>(0xffffffffu);
+  result.lse.assign(size_t(B) * H * max_len, poison);
+  result.indices.assign(size_t(B) * G * per_head, -1);
+  for (size_t k = 0; k < starts.size(); ++k) {
+    const int start = starts[k], end = k + 1 < starts.size() ? starts[k + 1] : max_len;
+    const int64_t rows = end - start, row_elements = int64_t(H) * d;
+    std::vector<int> lens(B);
+    for (int b = 0; b < B; ++b) lens[b] = std::min(p.lens[b], end);
+    DeviceBuffer<int> seq_lens(B);
+    seq_lens.upload(lens);
+    std::vector<uint16_t> chunk_queries(size_t(B * rows * row_elements));
+    for (int b = 0; b < B; ++b)
+      std::copy_n(c.queries.bits.begin() + (int64_t(b) * max_len + start) * row_elements, rows * row_elements,
+                  chunk_queries.begin() + b * rows * row_elements);
+    DeviceBuffer<uint16_t> queries(chunk_queries.size()), output(chunk_queries.size());
+    queries.upload(chunk_queries);
     output.poison();
+    DeviceBuffer<float> lse(size_t(B) * H * rows);
+    lse.poison();
+    // An anchor's sets in the chunk's layout (other passes: none; a dense
+    // chunk may start off the tile grid).
+    const bool selects = pass == PrefillPass::Anchor || pass == PrefillPass::AnchorDenseOutput;
+    const kc::PrefillIndexLayout layout =
+        selects ? kc::prefill_index_layout(end, c.tile, c.budget, start) : kc::PrefillIndexLayout{0, {0}};
+    DeviceBuffer<int> indices(size_t(B) * G * layout.per_head());
+    DeviceBuffer<int64_t> offsets(layout.offsets.size());
+    offsets.upload(layout.offsets);
     indices.poison();
-    kc::anchor_prefill(args, budget, dense_output, sets, workspace, nullptr);
-    check_cuda(cudaDeviceSynchronize(), "anchor_prefill");
-    const std::vector<uint16_t> gpu = output.download();
-    gpu_indices = indices.download();
-    SelectionMeter selection;
-    ErrorMeter meter;
-    for (int b = 0; b < p.batch(); ++b)
-      for (int h = 0; h < p.n_kv_heads; ++h) {
-        const ka::TileIndexSets cpu = ka::anchor_prefill(group_queries(b, h, 0, p.lens[b]), cache.rows(p, b, h).keys, d,
-                                                         d, tile, rule);
-        const int* base = gpu_indices.data() + (int64_t(b) * p.n_kv_heads + h) * layout.per_head();
-        for (int64_t t = 0; t < cpu.n_sets(); ++t) {
-          const int64_t s = t * tile, count = std::min<int64_t>(tile, p.lens[b] - s);
-          const std::span<const int32_t> gpu_set(base + layout.offsets[t], size_t(layout.offsets[t + 1] - layout.offsets[t]));
-          if (s > 0) {
-            const ka::GroupQueries rows = group_queries(b, h, s, count);
-            selection.add(gpu_set, cpu.set(t), cpu_pooled(rows, cache.rows(p, b, h).keys, d, s), double(rows.n_rows()));
-          }
-          if (!dense_output) {
-            std::vector<float> ref(size_t(count) * g * d);
-            ka::sparse_attention(group_queries(b, h, s, count), cache.rows(p, b, h), d, gpu_set, true,
-                                 {ref.data(), int64_t(g) * d, d});
-            compare_rows(gpu, b, h, s, count, ref, meter);
-          }
-        }
-        if (dense_output) compare_rows(gpu, b, h, 0, p.lens[b], dense_reference(b, h), meter);
-      }
-    expect_selection(selection, label + " selection");
-    expect_output(meter, label + " output");
-  }
+    const kc::PrefillIndexSets sets = kc::fixtures::prefill_index_sets(indices.data, offsets.data, layout, c.tile);
 
+    kc::AttentionArgs args = make_args(p, c.cache, queries.data, output.data);
+    args.seq_lens = seq_lens.data;
+    args.max_seq_len = end;
+    args.query_start = start;
+    switch (pass) {
+      case PrefillPass::Dense: kc::dense_prefill(args, lse.data, workspace, nullptr); break;
+      case PrefillPass::Anchor:
+      case PrefillPass::AnchorDenseOutput:
+        kc::anchor_prefill(args, c.budget, pass == PrefillPass::AnchorDenseOutput, sets, workspace, nullptr);
+        break;
+      case PrefillPass::Reuse: kc::reuse_prefill(args, *anchor, map, workspace, nullptr); break;
+    }
+    check_cuda(cudaDeviceSynchronize(), pass_name(pass));
+
+    const std::vector<uint16_t> chunk_output = output.download();
+    for (int b = 0; b < B; ++b)
+      std::copy_n(chunk_output.begin() + b * rows * row_elements, rows * row_elements,
+                  result.output.begin() + (int64_t(b) * max_len + start) * row_elements);
+    const std::vector<float> chunk_lse = lse.download();
+    for (int64_t row = 0; row < int64_t(B) * H; ++row)
+      std::copy_n(chunk_lse.begin() + row * rows, rows, result.lse.begin() + row * max_len + start);
+    const std::vector<int> chunk_indices = indices.download();
+    for (int64_t set = 0; set < int64_t(B) * G; ++set)
+      for (size_t i = 0; i + 1 < layout.offsets.size(); ++i)
+        std::copy_n(chunk_indices.begin() + set * layout.per_head() + layout.offsets[i],
+                    layout.offsets[i + 1] - layout.offsets[i],
+                    result.indices.begin() + set * per_head + c.layout.offsets[layout.first_tile + i]);
+  }
+  return result;
+}
+
+// Dense output and LSE against the CPU.
+void check_dense(const PrefillCase& c, const PrefillResult& r, const std::string& name) {
+  const Problem& p = c.p;
+  const int d = p.head_dim, g = p.group();
+  ErrorMeter meter;
+  double worst_lse = 0;
+  for (int b = 0; b < p.batch(); ++b)
+    for (int h = 0; h < p.n_kv_heads; ++h) {
+      c.compare_rows(r.output, b, h, 0, p.lens[b], c.dense_reference(b, h), meter);
+      std::vector<float> cpu_lse(size_t(p.lens[b]) * g);
+      ka::row_lse(c.group_queries(b, h, 0, p.lens[b]), c.cache.rows(p, b, h).keys, d, d, cpu_lse.data());
+      for (int64_t t = 0; t < p.lens[b]; ++t)
+        for (int i = 0; i < g; ++i) {
+          const float value = r.lse[(int64_t(b) * p.n_heads + h * g + i) * p.max_len() + t];
+          const double diff = std::fabs(value - cpu_lse[t * g + i]);
+          worst_lse = std::isfinite(value) ? std::max(worst_lse, diff) : INFINITY;
+        }
+    }
+  expect_output(meter, name + " dense output");
+  expect_lse(worst_lse, name + " dense LSE");
+}
+
+// An anchor's sets and output against the CPU (sparse output: over the GPU's sets).
+void check_anchor(const PrefillCase& c, const PrefillResult& r, bool dense_output, const std::string& label) {
+  const Problem& p = c.p;
+  const int d = p.head_dim, g = p.group();
+  ka::SelectionRule rule;
+  rule.percent = c.budget.percent;
+  rule.min_k = c.budget.min_keys;
+  SelectionMeter selection;
+  ErrorMeter meter;
+  for (int b = 0; b < p.batch(); ++b)
+    for (int h = 0; h < p.n_kv_heads; ++h) {
+      const ka::TileIndexSets cpu = ka::anchor_prefill(c.group_queries(b, h, 0, p.lens[b]), c.cache.rows(p, b, h).keys,
+                                                       d, d, c.tile, rule);
+      for (int64_t t = 0; t < cpu.n_sets(); ++t) {
+        const int64_t s = t * c.tile, count = std::min<int64_t>(c.tile, p.lens[b] - s);
+        const std::span<const int32_t> gpu_set = c.set(r.indices, b, h, t);
+        if (s > 0) selection.add(gpu_set, cpu.set(t), c.tile_pooled(b, h, t), double(count * g));
+        if (!dense_output) {
+          std::vector<float> ref(size_t(count) * g * d);
+          ka::sparse_attention(c.group_queries(b, h, s, count), c.cache.rows(p, b, h), d, gpu_set, true,
+                               {ref.data(), int64_t(g) * d, d});
+          c.compare_rows(r.output, b, h, s, count, ref, meter);
+        }
+      }
+      if (dense_output) c.compare_rows(r.output, b, h, 0, p.lens[b], c.dense_reference(b, h), meter);
+    }
+  expect_selection(selection, label + " selection");
+  expect_output(meter, label + " output");
+}
+
+// Reuse output against the CPU over the anchor's sets (`anchor`, whole-prompt layout) through `map`.
+void check_reuse(const PrefillCase& c, const PrefillResult& r, const std::vector<int>& anchor,
+                 const std::vector<int>& map, const std::string& label) {
+  const Problem& p = c.p;
+  const int d = p.head_dim, g = p.group();
+  ErrorMeter meter;
+  for (int b = 0; b < p.batch(); ++b)
+    for (int h = 0; h < p.n_kv_heads; ++h)
+      for (int64_t s = 0, t = 0; s < p.lens[b]; s += c.tile, ++t) {
+        const int64_t count = std::min<int64_t>(c.tile, p.lens[b] - s);
+        std::vector<float> ref(size_t(count) * g * d);
+        ka::sparse_attention(c.group_queries(b, h, s, count), c.cache.rows(p, b, h), d, c.set(anchor, b, map[h], t),
+                             true, {ref.data(), int64_t(g) * d, d});
+        c.compare_rows(r.output, b, h, s, count, ref, meter);
+      }
+  expect_output(meter, label + " output");
+}
+
+// Device copies of whole-prompt index sets (for a reuse pass).
+struct DeviceSets {
+  DeviceBuffer<int> indices;
+  DeviceBuffer<int64_t> offsets;
+  kc::PrefillIndexSets sets;
+  DeviceSets(const PrefillCase& c, const std::vector<int>& host)
+      : indices(host.size()), offsets(c.layout.offsets.size()) {
+    indices.upload(host);
+    offsets.upload(c.layout.offsets);
+    sets = kc::fixtures::prefill_index_sets(indices.data, offsets.data, c.layout, c.tile);
+  }
+};
+
+void test_prefill(const Problem& p, const kc::Budget& budget, int tile) {
+  const std::string name = "prefill T=" + std::to_string(tile) + " " + p.name();
+  const PrefillCase c(p, budget, tile);
+  kc::Workspace workspace;
+  check_dense(c, run_prefill(c, PrefillPass::Dense, {0}, nullptr, nullptr, workspace), name);
+  std::vector<int> anchor_indices;
+  for (PrefillPass pass : {PrefillPass::Anchor, PrefillPass::AnchorDenseOutput}) {
+    const PrefillResult result = run_prefill(c, pass, {0}, nullptr, nullptr, workspace);
+    check_anchor(c, result, pass == PrefillPass::AnchorDenseOutput, name + " " + pass_name(pass));
+    anchor_indices = result.indices;
+  }
   const std::vector<int> map = random_head_map(p.n_kv_heads);
   DeviceBuffer<int> device_map(map.size());
   device_map.upload(map);
-  output.poison();
-  kc::reuse_prefill(args, sets, device_map.data, workspace, nullptr);
-  check_cuda(cudaDeviceSynchronize(), "reuse_prefill");
-  {
-    const std::vector<uint16_t> gpu = output.download();
-    ErrorMeter meter;
+  const DeviceSets anchor(c, anchor_indices);
+  const PrefillResult reuse = run_prefill(c, PrefillPass::Reuse, {0}, &anchor.sets, device_map.data, workspace);
+  check_reuse(c, reuse, anchor_indices, map, name + " reuse (head map)");
+}
+
+// A chunked run against the one-pass run of the same pass. `exact` (every
+// chunk start a multiple of prefill_exact_multiple): bit-equal outputs, LSE
+// and index sets. Otherwise the causal passes block the chunk's rows
+// differently: dense outputs and LSE within a tight tolerance, sets equal up
+// to near-ties of the k-th pooled score, and sparse anchor outputs bit-equal
+// on every tile whose set is equal. Reuse (tile blocks, the same sets) is
+// bit-equal either way.
+void compare_chunked(const PrefillCase& c, PrefillPass pass, const PrefillResult& chunked, const PrefillResult& whole,
+                     bool exact, const std::string& label) {
+  const Problem& p = c.p;
+  const int g = p.group(), d = p.head_dim;
+  const bool anchor = pass == PrefillPass::Anchor || pass == PrefillPass::AnchorDenseOutput;
+  if (exact || pass == PrefillPass::Reuse) {
+    const bool same_output = chunked.output == whole.output;
+    print_check(same_output, label + " output bit-equal to the one-pass call's");
+    EXPECT_TRUE(same_output) << label << ": output differs from the one-pass call's";
+    if (pass == PrefillPass::Dense) {
+      const bool same_lse = same_bits(chunked.lse, whole.lse);
+      print_check(same_lse, label + " LSE bit-equal to the one-pass call's");
+      EXPECT_TRUE(same_lse) << label << ": LSE differs from the one-pass call's";
+    }
+    if (anchor) {
+      const bool same_sets = chunked.indices == whole.indices;
+      print_check(same_sets, label + " index sets equal to the one-pass call's");
+      EXPECT_TRUE(same_sets) << label << ": index sets differ from the one-pass call's";
+    }
+    return;
+  }
+  const double tolerance = p.bf16 ? 4e-3 : 1e-3;
+  if (anchor) {
+    SelectionMeter selection;
+    int64_t tiles = 0, equal_tiles = 0, differing_tiles = 0;
     for (int b = 0; b < p.batch(); ++b)
-      for (int h = 0; h < p.n_kv_heads; ++h) {
-        const int* base = gpu_indices.data() + (int64_t(b) * p.n_kv_heads + map[h]) * layout.per_head();
-        for (int64_t s = 0, t = 0; s < p.lens[b]; s += tile, ++t) {
-          const int64_t count = std::min<int64_t>(tile, p.lens[b] - s);
-          const std::span<const int32_t> set(base + layout.offsets[t], size_t(layout.offsets[t + 1] - layout.offsets[t]));
-          std::vector<float> ref(size_t(count) * g * d);
-          ka::sparse_attention(group_queries(b, h, s, count), cache.rows(p, b, h), d, set, true,
-                               {ref.data(), int64_t(g) * d, d});
-          compare_rows(gpu, b, h, s, count, ref, meter);
+      for (int h = 0; h < p.n_kv_heads; ++h)
+        for (int64_t s = 0, t = 0; s < p.lens[b]; s += c.tile, ++t) {
+          const std::span<const int32_t> mine = c.set(chunked.indices, b, h, t), theirs = c.set(whole.indices, b, h, t);
+          const int64_t count = std::min<int64_t>(c.tile, p.lens[b] - s);
+          if (t > 0) selection.add(mine, theirs, c.tile_pooled(b, h, t), double(count * g));
+          if (pass != PrefillPass::Anchor) continue;
+          ++tiles;
+          if (!std::equal(mine.begin(), mine.end(), theirs.begin(), theirs.end())) continue;
+          ++equal_tiles;
+          bool same = true;
+          for (int64_t q = s; q < s + count; ++q)
+            for (int r = 0; r < g; ++r)
+              for (int i = 0; i < d; ++i) {
+                const size_t at = size_t(c.output_index(b, h, q, r, i));
+                same = same && chunked.output[at] == whole.output[at];
+              }
+          if (!same) ++differing_tiles;
+        }
+    expect_selection(selection, label + " selection against the one-pass call's");
+    if (pass == PrefillPass::Anchor) {
+      print_check(differing_tiles == 0, label + " output bit-equal to the one-pass call's on the " +
+                                            std::to_string(equal_tiles) + "/" + std::to_string(tiles) +
+                                            " tiles of equal sets");
+      EXPECT_EQ(differing_tiles, 0) << label << ": tiles of equal sets whose output differs from the one-pass call's";
+      return;
+    }
+  }
+  ErrorMeter meter;
+  double worst_lse = 0;
+  for (int b = 0; b < p.batch(); ++b)
+    for (int64_t q = 0; q < p.lens[b]; ++q)
+      for (int head = 0; head < p.n_heads; ++head) {
+        for (int i = 0; i < d; ++i) {
+          const size_t at = size_t(((int64_t(b) * p.max_len() + q) * p.n_heads + head) * d + i);
+          meter.add(from_bits(chunked.output[at], p.bf16), from_bits(whole.output[at], p.bf16));
+        }
+        if (pass == PrefillPass::Dense) {
+          const size_t at = size_t((int64_t(b) * p.n_heads + head) * p.max_len() + q);
+          const double diff = std::fabs(chunked.lse[at] - whole.lse[at]);
+          worst_lse = std::isfinite(chunked.lse[at]) ? std::max(worst_lse, diff) : INFINITY;
         }
       }
-    expect_output(meter, name + " reuse (head map) output");
+  expect_output(meter, label + " output against the one-pass call's", tolerance);
+  if (pass == PrefillPass::Dense) {
+    print_check(worst_lse <= 1e-4,
+                label + " LSE against the one-pass call's: worst abs diff " + std::to_string(worst_lse));
+    EXPECT_LE(worst_lse, 1e-4) << label << ": LSE against the one-pass call's";
   }
+}
+
+// Chunked prefill: the prompt as the chunks starting at `starts`, every
+// pass checked against the CPU as test_prefill does and against the
+// one-pass call's rows (compare_chunked). Reuse reads the one-pass anchor's
+// sets in the whole-prompt layout (first tile 0); the anchors write and read
+// chunk layouts. Starts off the tile grid run the dense pass only.
+void test_chunked_prefill(const Problem& p, const kc::Budget& budget, int tile, const std::vector<int>& starts) {
+  std::string chunks;
+  for (int start : starts) {
+    if (!chunks.empty()) chunks += ',';
+    chunks += std::to_string(start);
+  }
+  const std::string name = "chunked prefill (starts " + chunks + ") T=" + std::to_string(tile) + " " + p.name();
+  const PrefillCase c(p, budget, tile);
+  const int multiple = kc::prefill_exact_multiple(p.n_heads, p.n_kv_heads, p.head_dim);
+  const bool exact = std::all_of(starts.begin(), starts.end(), [&](int start) { return start % multiple == 0; });
+  std::printf("%s: exact multiple %d, %s\n", name.c_str(), multiple,
+              exact ? "bit-exact chunks" : "chunks off the causal blocks");
+  const bool on_tiles = std::all_of(starts.begin(), starts.end(), [&](int start) { return start % tile == 0; });
+  kc::Workspace workspace;
+  std::vector<int> anchor_indices;
+  for (PrefillPass pass : {PrefillPass::Dense, PrefillPass::Anchor, PrefillPass::AnchorDenseOutput}) {
+    if (pass != PrefillPass::Dense && !on_tiles) return;
+    const std::string label = name + " " + pass_name(pass);
+    const PrefillResult whole = run_prefill(c, pass, {0}, nullptr, nullptr, workspace);
+    const PrefillResult chunked = run_prefill(c, pass, starts, nullptr, nullptr, workspace);
+    if (pass == PrefillPass::Dense) check_dense(c, chunked, name);
+    else check_anchor(c, chunked, pass == PrefillPass::AnchorDenseOutput, label);
+    compare_chunked(c, pass, chunked, whole, exact, label);
+    if (pass == PrefillPass::Anchor) anchor_indices = whole.indices;
+  }
+  const std::vector<int> map = random_head_map(p.n_kv_heads);
+  DeviceBuffer<int> device_map(map.size());
+  device_map.upload(map);
+  const DeviceSets anchor(c, anchor_indices);
+  const std::string label = name + " " + pass_name(PrefillPass::Reuse);
+  const PrefillResult whole = run_prefill(c, PrefillPass::Reuse, {0}, &anchor.sets, device_map.data, workspace);
+  const PrefillResult chunked = run_prefill(c, PrefillPass::Reuse, starts, &anchor.sets, device_map.data, workspace);
+  check_reuse(c, chunked, anchor_indices, map, label);
+  compare_chunked(c, PrefillPass::Reuse, chunked, whole, exact, label);
 }
 
 // Standalone top-k on values with many ties (few distinct levels), negative
@@ -654,6 +915,138 @@ void test_budget() {
   EXPECT_EQ(mismatched, 0) << "(percent, min_keys, N) where budget_keys differs from kascade::budget";
 }
 
+// Chunk layouts: the whole prompt's layout (first tile 0) is the per-tile
+// budgets; a chunk's offsets are the differences of the whole layout's from
+// the chunk's first tile on.
+void test_chunk_layouts() {
+  int mismatched = 0;
+  auto expect = [&](bool ok, const std::string& what) {
+    if (!ok && mismatched++ == 0) ADD_FAILURE() << what;
+  };
+  for (const kc::Budget& budget : {kc::Budget{10.0, 128}, kc::Budget{10.0, 16}, kc::Budget{3.0, 0}})
+    for (int tile : {3, 16, 32, 64})
+      for (int max_len : {1, 5, 100, 1333, 4097}) {
+        const std::string where = "tile " + std::to_string(tile) + ", max_seq_len " + std::to_string(max_len) +
+                                  ", min_keys " + std::to_string(budget.min_keys);
+        const kc::PrefillIndexLayout whole = kc::prefill_index_layout(max_len, tile, budget);
+        const int n_tiles = (max_len + tile - 1) / tile;
+        expect(whole.first_tile == 0 && int(whole.offsets.size()) == n_tiles + 1 && whole.offsets[0] == 0,
+               "whole layout's shape, " + where);
+        for (int t = 0; t < n_tiles && size_t(t + 1) < whole.offsets.size(); ++t)
+          expect(whole.offsets[t + 1] - whole.offsets[t] == kc::budget_keys(budget, int64_t(t) * tile),
+                 "whole layout's tile " + std::to_string(t) + " is not budget(t*tile), " + where);
+        for (int start = 0; start < max_len; start += tile) {
+          const kc::PrefillIndexLayout chunk = kc::prefill_index_layout(max_len, tile, budget, start);
+          const int first = start / tile;
+          const bool shape = chunk.first_tile == first && int(chunk.offsets.size()) == n_tiles - first + 1;
+          expect(shape, "chunk layout's shape, query_start " + std::to_string(start) + ", " + where);
+          if (!shape) continue;
+          for (size_t i = 0; i < chunk.offsets.size(); ++i)
+            expect(chunk.offsets[i] == whole.offsets[first + i] - whole.offsets[first],
+                   "chunk offset " + std::to_string(i) + ", query_start " + std::to_string(start) + ", " + where);
+        }
+      }
+  print_check(mismatched == 0, "prefill_index_layout: chunk offsets are the whole layout's differences");
+  EXPECT_EQ(mismatched, 0);
+
+  struct Geometry {
+    int n_heads, n_kv_heads, head_dim, multiple;
+  };
+  // floor(128 / g) and (head_dim <= 128) floor(256 / g) queries per causal block.
+  for (const Geometry& geometry : {Geometry{32, 8, 128, 64}, Geometry{16, 2, 64, 32}, Geometry{9, 3, 64, 3570},
+                                   Geometry{8, 4, 256, 64}, Geometry{8, 2, 256, 32}, Geometry{24, 1, 64, 10},
+                                   Geometry{16, 16, 128, 256}}) {
+    const int multiple = kc::prefill_exact_multiple(geometry.n_heads, geometry.n_kv_heads, geometry.head_dim);
+    const std::string what = "prefill_exact_multiple(" + std::to_string(geometry.n_heads) + ", " +
+                             std::to_string(geometry.n_kv_heads) + ", " + std::to_string(geometry.head_dim) + ") = " +
+                             std::to_string(multiple);
+    print_check(multiple == geometry.multiple, what + ", expected " + std::to_string(geometry.multiple));
+    EXPECT_EQ(multiple, geometry.multiple) << what;
+  }
+}
+
+// A call that must fail validation with a kascade::Error naming `field`.
+void expect_refused(const std::function<void()>& call, const std::string& field, const std::string& what) {
+  std::string message;
+  try {
+    call();
+  } catch (const kascade::Error& error) {
+    message = error.what();
+  }
+  const bool ok = message.find(field) != std::string::npos;
+  print_check(ok, what + " is refused naming " + field + ": " + (message.empty() ? "(no error)" : message));
+  EXPECT_TRUE(ok) << what << ": expected an error naming " << field
+                  << ", got: " << (message.empty() ? "(no error)" : message);
+}
+
+// The query_start checks. Every call here fails on the host before touching
+// the device (its pointers are host memory, aligned and never read).
+void test_query_start_validation() {
+  alignas(256) static unsigned char memory[1024];
+  kc::AttentionArgs args;
+  args.batch = 2;
+  args.n_heads = 8;
+  args.n_kv_heads = 2;
+  args.head_dim = 128;
+  args.queries = args.keys = args.values = memory;
+  args.output = memory;
+  args.seq_lens = reinterpret_cast<const int*>(memory);
+  args.capacity = 1000;
+  args.max_seq_len = 1000;
+  const kc::Budget budget;
+  kc::Workspace workspace;
+  const kc::PrefillIndexLayout chunk_layout = kc::prefill_index_layout(1000, 32, budget, 64);
+  kc::PrefillIndexSets sets;
+  sets.indices = reinterpret_cast<int*>(memory);
+  sets.tile_offsets = reinterpret_cast<const int64_t*>(memory);
+  sets.per_head = chunk_layout.per_head();
+  sets.tile = 32;
+  sets.first_tile = chunk_layout.first_tile;
+  const kc::DecodeIndexSets decode_sets{reinterpret_cast<int*>(memory), reinterpret_cast<int*>(memory), 1000};
+
+  auto with_start = [&](int start) {
+    kc::AttentionArgs changed = args;
+    changed.query_start = start;
+    return changed;
+  };
+  auto with_sets = [&](int first_tile, int64_t per_head) {
+    kc::PrefillIndexSets changed = sets;
+    changed.first_tile = first_tile;
+    changed.per_head = per_head;
+    return changed;
+  };
+  expect_refused([&] { kc::dense_prefill(with_start(1000), nullptr, workspace, nullptr); }, "query_start",
+                 "dense_prefill with query_start = max_seq_len");
+  expect_refused([&] { kc::dense_prefill(with_start(-32), nullptr, workspace, nullptr); }, "query_start",
+                 "dense_prefill with a negative query_start");
+  expect_refused([&] { kc::anchor_prefill(with_start(48), budget, false, sets, workspace, nullptr); }, "query_start",
+                 "anchor_prefill with query_start off the tile grid");
+  expect_refused([&] { kc::reuse_prefill(with_start(48), sets, nullptr, workspace, nullptr); }, "query_start",
+                 "reuse_prefill with query_start off the tile grid");
+  expect_refused([&] { kc::anchor_prefill(with_start(32), budget, true, sets, workspace, nullptr); }, "first_tile",
+                 "anchor_prefill with sets starting after the call's first tile");
+  expect_refused([&] { kc::reuse_prefill(with_start(64), with_sets(-1, sets.per_head), nullptr, workspace, nullptr); },
+                 "first_tile", "reuse_prefill with a negative first_tile");
+  // A chunk's sets are too small for the whole prompt's tiles (first tile 0).
+  expect_refused(
+      [&] { kc::anchor_prefill(with_start(64), budget, false, with_sets(0, sets.per_head), workspace, nullptr); },
+      "per_head", "anchor_prefill over a chunk-sized buffer laid out from tile 0");
+  expect_refused([&] { kc::dense_decode(with_start(32), nullptr, workspace, nullptr); }, "query_start",
+                 "dense_decode with a query_start");
+  expect_refused([&] { kc::anchor_decode(with_start(32), budget, false, decode_sets, workspace, nullptr); },
+                 "query_start", "anchor_decode with a query_start");
+  expect_refused([&] { kc::reuse_decode(with_start(32), decode_sets, nullptr, workspace, nullptr); }, "query_start",
+                 "reuse_decode with a query_start");
+  expect_refused([&] { kc::prefill_index_layout(1000, 32, budget, 48); }, "query_start",
+                 "prefill_index_layout with query_start off the tile grid");
+  expect_refused([&] { kc::prefill_index_layout(1000, 32, budget, 1024); }, "query_start",
+                 "prefill_index_layout with query_start past max_seq_len");
+  expect_refused([&] { kc::prefill_index_layout(1000, 32, budget, -32); }, "query_start",
+                 "prefill_index_layout with a negative query_start");
+  expect_refused([&] { kc::prefill_exact_multiple(9, 2, 64); }, "n_kv_heads",
+                 "prefill_exact_multiple with n_heads not a multiple of n_kv_heads");
+}
+
 // Cases that run kernels skip without a CUDA device (the build machines).
 class KascadeCuda : public ::testing::Test {
  protected:
@@ -680,6 +1073,8 @@ const kc::Budget kSmall{10.0, 16};
 
 // Host side only: runs without a GPU too.
 TEST(KascadeCudaHost, BudgetKeysEqualsKascadeBudget) { test_budget(); }
+TEST(KascadeCudaHost, ChunkedPrefillLayouts) { test_chunk_layouts(); }
+TEST(KascadeCudaHost, ChunkedPrefillValidation) { test_query_start_validation(); }
 
 TEST_F(KascadeCuda, TopKWithTiesEqualsSelectTopK) { test_top_k(); }
 
@@ -727,6 +1122,47 @@ TEST_F(KascadeCuda, PrefillGroup3Tile64) { test_prefill({false, 12, 4, 128, {700
 TEST_F(KascadeCuda, PrefillGroup3Tile16) { test_prefill({true, 6, 2, 128, {517}}, kSmall, 16); }
 // Peaked: references move mid-row.
 TEST_F(KascadeCuda, PrefillPeaked) { test_prefill({false, 8, 2, 128, {2600, 900}, 48.f}, kStandard, 32); }
+
+// Chunked prefill (AttentionArgs::query_start): each prompt as 2-3 chunks,
+// batches whose shorter sequences end before the last chunk starts. Chunk
+// starts on the causal passes' blocks (prefill_exact_multiple: 64 at g = 4,
+// 32 at g = 8, 64 at g = 2 and head_dim 256) must give bit-equal results; at
+// g = 3 (3570) and at starts off the blocks, within rounding.
+TEST_F(KascadeCuda, ChunkedPrefillF16) {
+  test_chunked_prefill({false, 32, 8, 128, {1500, 777, 1210}}, kStandard, 32, {0, 640, 1152});
+}
+TEST_F(KascadeCuda, ChunkedPrefillBf16Tile64) {
+  test_chunked_prefill({true, 32, 8, 128, {1500, 1025}}, kStandard, 64, {0, 704});
+}
+TEST_F(KascadeCuda, ChunkedPrefillF16Tile16) {
+  test_chunked_prefill({false, 32, 8, 128, {900, 1300}}, kSmall, 16, {0, 256, 1024});
+}
+TEST_F(KascadeCuda, ChunkedPrefillBf16Group8) {
+  test_chunked_prefill({true, 16, 2, 64, {1400, 600}}, kSmall, 32, {0, 416, 960});
+}
+TEST_F(KascadeCuda, ChunkedPrefillHeadDim256) {
+  test_chunked_prefill({true, 8, 4, 256, {900, 450}}, kStandard, 64, {0, 384});
+}
+TEST_F(KascadeCuda, ChunkedPrefillPeaked) {
+  test_chunked_prefill({false, 8, 2, 128, {2600, 900}, 48.f}, kStandard, 32, {0, 1024, 1920});
+}
+TEST_F(KascadeCuda, ChunkedPrefillGroup3Tile16) {
+  test_chunked_prefill({false, 9, 3, 64, {1333, 500}}, kSmall, 16, {0, 400, 912});
+}
+TEST_F(KascadeCuda, ChunkedPrefillGroup3Bf16Tile64) {
+  test_chunked_prefill({true, 9, 3, 64, {1100, 333}}, kSmall, 64, {0, 320, 768});
+}
+TEST_F(KascadeCuda, ChunkedPrefillGroup3Bf16Tile32) {
+  test_chunked_prefill({true, 9, 3, 64, {1250, 900}}, kStandard, 32, {0, 544});
+}
+// Dense prefill at starts on no grid (37: off the 42-query blocks too).
+TEST_F(KascadeCuda, ChunkedPrefillDenseAnyStart) {
+  test_chunked_prefill({false, 9, 3, 64, {700, 1000}}, kSmall, 32, {0, 37, 501});
+}
+// g = 4 with a start (288) on the tile grid but off the LSE pass's 64-query blocks.
+TEST_F(KascadeCuda, ChunkedPrefillOffBlocks) {
+  test_chunked_prefill({false, 16, 4, 128, {1000, 613}}, kSmall, 32, {0, 288, 672});
+}
 
 // Seeds the inputs once per run and prints the seed; prints the checks'
 // verdict last. (Not on --gtest_list_tests, whose output ctest parses.)
