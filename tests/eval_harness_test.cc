@@ -297,7 +297,6 @@ TEST_F(EvalOnModel, SharedDensePrefillMatchesOwnPrefill) {
   const PromptCounter count = [&](const std::string& user, const std::string& prefix) {
     return int64_t(format.encode(user, prefix).size());
   };
-  const kascade::Shape shape = model_->config().attention_shape();
   for (const SampleResult& r : run.results) {
     ASSERT_EQ(r.status, "ok") << r.error;
     const StrategySpec spec = parse_strategy_spec(r.strategy, options.budget_percent);

@@ -13,7 +13,11 @@
 #                libpng, which the GPU machine lacks: prefer PREBUILT there).
 # KASCADE_CACHE  where the default model is (the parity test on a real model
 #                needs it; see ../shared/GPU.md for staging it in parts).
-# SYNTH_TYPE     bf16 (default), q8_0 or q4_k; CONTEXTS, BATCHES: engine_bench's lists.
+# SYNTH_TYPES    synthetic models benchmarked, in turn: bf16 (default), q8_0,
+#                q4_k, or several ("q4_k bf16"); CONTEXTS, BATCHES, STRATEGIES:
+#                engine_bench's lists.
+# HF_CONTEXTS    also time Hugging Face transformers (bench/gpu/hf_baseline.py)
+#                at these contexts and HF_BATCHES (default 1,16).
 set -uo pipefail
 what=${1:-all}
 OUT=${OUT:-$PWD/out}
@@ -39,18 +43,26 @@ if [[ $what != bench ]]; then
   start=$(date +%s)
   "$bin/kascade_cuda_test" >"$OUT/kernel_test.log" 2>&1 || status=1
   tail -n 3 "$OUT/kernel_test.log"
-  "$bin/gpu_engine_test" 2>&1 | tee "$OUT/engine_test.log" | grep -E "relative error|FAILED|PASSED|OK \]|Failure" 
+  "$bin/gpu_engine_test" --gtest_filter="${GPU_TEST_FILTER:-*}" 2>&1 | tee "$OUT/engine_test.log" | grep -E "relative error|FAILED|PASSED|OK \]|Failure" 
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
   echo "tests: $(( $(date +%s) - start )) s, status $status"
 fi
 
 if [[ $what != test ]]; then
-  model=/tmp/kascade-synth-llama-3.1-8b-${SYNTH_TYPE:-bf16}.gguf
-  if [[ ! -f $model ]]; then
-    "$bin/kascade" synth --preset llama-3.1-8b --type "${SYNTH_TYPE:-bf16}" -o "$model" -q || { echo "synth failed"; exit 1; }
+  for type in ${SYNTH_TYPES:-bf16}; do
+    model=/tmp/kascade-synth-llama-3.1-8b-$type.gguf
+    if [[ ! -f $model ]]; then
+      "$bin/kascade" synth --preset llama-3.1-8b --type "$type" -o "$model" -q || { echo "synth failed"; exit 1; }
+    fi
+    "$bin/engine_bench" --model "$model" --device cuda --contexts "${CONTEXTS:-1024,32768}" \
+      --batches "${BATCHES:-1,16}" --strategies "${STRATEGIES:-dense,kascade,kascade-reuse-sparse-prefill}" \
+      --repeats 1 --decode-steps 12 2>&1 | tee "$OUT/engine_bench_$type.log"
+    [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+  done
+  if [[ -n ${HF_CONTEXTS:-} ]]; then  # transformers on the same shape, same run
+    python3 bench/gpu/hf_baseline.py --contexts "$HF_CONTEXTS" --batches "${HF_BATCHES:-1,16}" \
+      --out "$OUT/hf_baseline.md" >"$OUT/hf_baseline.log" 2>&1 || status=1
+    tail -n 8 "$OUT/hf_baseline.log"
   fi
-  "$bin/engine_bench" --model "$model" --device cuda --contexts "${CONTEXTS:-1024,32768}" \
-    --batches "${BATCHES:-1,16}" --strategies dense,kascade,kascade-reuse-sparse-prefill --repeats 1 --decode-steps 12 2>&1 | tee "$OUT/engine_bench.log"
-  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 exit $status

@@ -74,13 +74,13 @@ class Backend {
   // Lowers the KV memory that sequences may take to `tokens` (a server's
   // --kv-tokens); never raises it above what the backend has.
   virtual void limit_kv_tokens(int64_t tokens) = 0;
-  // True when prefill may continue a sequence that already holds tokens, so
-  // a long prompt can go in chunks between other sequences' decode steps
-  // (the CPU); false when a prompt is prefilled in one pass from position 0
-  // (the GPU).
-  virtual bool supports_chunked_prefill() const = 0;
-  // Chunked prefill: chunks must start at multiples of this (a Kascade tile).
+  // Prefill continues a sequence that already holds tokens, so a long prompt
+  // goes in chunks between other sequences' decode steps. Chunks must start
+  // at multiples of this (a Kascade tile):
   virtual int64_t prefill_alignment(const BackendSequence& sequence) const { return 1; }
+  // The fewest tokens a chunk should take where the prompt has them (the
+  // GPU's products and attention need long chunks to fill the device).
+  virtual int64_t min_prefill_chunk() const { return 1; }
   // Sequences with equal keys may share one decode call (the GPU batches only
   // sequences with the same attention settings; the CPU batches any).
   virtual std::string decode_group(const BackendSequence& sequence) const { return {}; }

@@ -118,7 +118,6 @@ class CpuBackend final : public Backend {
   void limit_kv_tokens(int64_t tokens) override {
     account_->limit = std::clamp<int64_t>(tokens, 0, account_->total);
   }
-  bool supports_chunked_prefill() const override { return true; }
   int64_t prefill_alignment(const BackendSequence& sequence) const override {
     return cpu(sequence).seq.attention->prefill_alignment();
   }

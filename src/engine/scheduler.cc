@@ -165,29 +165,21 @@ bool Scheduler::prefill_step() {
     try {
       Stopwatch clock;
       std::vector<float> logits;
-      if (backend_.supports_chunked_prefill()) {
-        // The chunks engine::generate's prefill would run (Model::prefill's rounding).
-        const int64_t alignment = backend_.prefill_alignment(*a->seq);
-        const int64_t chunk = std::max(alignment, a->request.options.prefill_chunk / alignment * alignment);
-        const int64_t count = std::min(chunk, n - a->prefilled);
-        logits = backend_.prefill(*a->seq, prompt.subspan(size_t(a->prefilled), size_t(count)), {}, chunk);
-        a->prefilled += count;
-        budget -= count;
-      } else {
-        const auto progress = [&](int64_t done) {
-          if (a->request.on_prefill) a->request.on_prefill(done, n);
-        };
-        logits = backend_.prefill(*a->seq, prompt, progress, a->request.options.prefill_chunk);
-        a->prefilled = n;
-        budget = 0;
-      }
+      // The chunks engine::generate's prefill would run (Model::prefill's rounding).
+      const int64_t alignment = backend_.prefill_alignment(*a->seq);
+      const int64_t wanted = std::max(a->request.options.prefill_chunk, backend_.min_prefill_chunk());
+      const int64_t chunk = std::max(alignment, wanted / alignment * alignment);
+      const int64_t count = std::min(chunk, n - a->prefilled);
+      logits = backend_.prefill(*a->seq, prompt.subspan(size_t(a->prefilled), size_t(count)), {}, chunk);
+      a->prefilled += count;
+      budget -= count;
       const double seconds = clock.seconds();
       {
         std::lock_guard lock(mutex_);
         stats_.prefill_seconds += seconds;
         stats_.prompt_tokens += uint64_t(a->prefilled - before);
       }
-      if (backend_.supports_chunked_prefill() && a->request.on_prefill) a->request.on_prefill(a->prefilled, n);
+      if (a->request.on_prefill) a->request.on_prefill(a->prefilled, n);
       if (a->prefilled == n) {
         a->prefill_seconds = a->clock.seconds();
         a->decode_clock.restart();

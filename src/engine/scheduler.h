@@ -5,10 +5,9 @@
 // context (prompt + max new tokens). Each scheduling step
 //   1. drops cancelled requests (destroying a sequence frees its KV at once),
 //   2. admits what fits,
-//   3. prefills: on a backend with chunked prefill (the CPU), chunks of
-//      prefill_chunk tokens of the waiting prompts, up to prefill_chunk
-//      tokens per step, so that a long prompt does not stall the others'
-//      decoding; otherwise (the GPU) one whole prompt,
+//   3. prefills chunks of prefill_chunk tokens (at least the backend's
+//      min_prefill_chunk) of the waiting prompts, up to one chunk per step,
+//      so that a long prompt does not stall the others' decoding,
 //   4. advances every running sequence by one token in batched decode calls
 //      (sequences that the backend may batch together, Backend::decode_group,
 //      share a call),

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <bit>
 #include <map>
+#include <numeric>
 #include <optional>
 
 #include <fmt/format.h>
@@ -211,7 +212,8 @@ class CudaBackend final : public engine::Backend {
     return (capacity + options_.page_size - 1) / options_.page_size * options_.page_size;
   }
   void limit_kv_tokens(int64_t tokens) override { pool_->limit(tokens / options_.page_size); }
-  bool supports_chunked_prefill() const override { return false; }  // one pass from position 0
+  int64_t prefill_alignment(const BackendSequence& sequence) const override;
+  int64_t min_prefill_chunk() const override { return options_.prefill_chunk; }
   std::string decode_group(const BackendSequence& sequence) const override {
     return static_cast<const CudaSequence&>(sequence).plan_;
   }
@@ -489,7 +491,7 @@ void CudaBackend::attend(StepBuffers& b, int layer, const CudaSequence& plan, bo
   const bool anchor = schedule.is_anchor(layer), dense = schedule.is_dense(layer);
   if (prefill) {
     const kc::PrefillIndexSets sets{b.indices.memory.as<int>(), b.tile_offsets.memory.as<int64_t>(),
-                                    prefill_layout_.per_head(), int(o.tile)};
+                                    prefill_layout_.per_head(), int(o.tile), prefill_layout_.first_tile};
     if (anchor) kc::anchor_prefill(args, budget, dense, sets, b.attention, stream_);
     else if (dense) kc::dense_prefill(args, nullptr, b.attention, stream_);
     else kc::reuse_prefill(args, sets, head_map, b.attention, stream_);
@@ -501,14 +503,38 @@ void CudaBackend::attend(StepBuffers& b, int layer, const CudaSequence& plan, bo
   }
 }
 
+bool sparse_prefill(const attention::StrategyOptions& o) {
+  return o.name == "kascade" && o.sparse_phases != attention::SparsePhases::DecodeOnly;
+}
+
+// Kascade's sparse prefill selects per tile, so its chunks start on tiles;
+// chunks on multiples of the kernels' exact multiple as well give the
+// one-pass results bit for bit (kascade_cuda.h), which is preferred where
+// that multiple is no bigger than a product chunk.
+int64_t CudaBackend::prefill_alignment(const BackendSequence& sequence) const {
+  const attention::StrategyOptions& o = static_cast<const CudaSequence&>(sequence).options_;
+  const int64_t required = sparse_prefill(o) ? o.tile : 1;
+  const int64_t exact = std::lcm(required, int64_t(kc::prefill_exact_multiple(config_.n_heads, config_.n_kv_heads,
+                                                                               config_.head_dim)));
+  return exact <= options_.prefill_chunk ? exact : required;
+}
+
+// Positions [start, start + n) of a sequence that holds [0, start): the
+// products in chunks of prefill_chunk rows, then per layer attention of the
+// new rows over a contiguous copy of the keys and values [0, start + n) (the
+// earlier positions gathered from the pages, the new ones written by the
+// QKV step).
 std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<const int32_t> tokens,
                                         const std::function<void(int64_t)>& progress, int64_t) {
   CudaSequence& seq = on_gpu(sequence);
   const model::Config& c = config_;
-  const int64_t n = int64_t(tokens.size());
+  const int64_t n = int64_t(tokens.size()), start = seq.position_, end = start + n;
   if (n == 0) fail("cannot prefill an empty prompt");
-  if (seq.position_ != 0) fail("the GPU engine prefills a sequence once, from position 0 (it holds {})", seq.position_);
-  if (n > seq.capacity_) fail("{} tokens exceed the context of {} positions", n, seq.capacity_);
+  if (end > seq.capacity_)
+    fail("{} tokens after {} exceed the context of {} positions", n, start, seq.capacity_);
+  if (sparse_prefill(seq.options_) && start % seq.options_.tile != 0)
+    fail("Kascade's prefill continues a sequence on a tile boundary: {} positions held, tile {}", start,
+         seq.options_.tile);
   for (const int32_t token : tokens)
     if (token < 0 || token >= c.vocab_size) fail("token id {} is outside the vocabulary of {}", token, c.vocab_size);
   Stopwatch clock;
@@ -518,8 +544,8 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
   // Per-token metadata: tokens, positions, the sequence length, the page table.
   std::vector<int> meta;
   meta.insert(meta.end(), tokens.begin(), tokens.end());
-  for (int64_t t = 0; t < n; ++t) meta.push_back(int(t));
-  meta.push_back(int(n));
+  for (int64_t t = start; t < end; ++t) meta.push_back(int(t));
+  meta.push_back(int(end));
   meta.insert(meta.end(), seq.pages_.begin(), seq.pages_.end());
   int* device_meta = prefill_.meta.get(int64_t(meta.size()), "step metadata");
   check(cudaMemcpyAsync(device_meta, meta.data(), meta.size() * sizeof(int), cudaMemcpyHostToDevice, stream_),
@@ -537,10 +563,12 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
   prefill_.attended_bf16.get(chunk * q_dim, "prefill activations");
   prefill_.gate_up.get(chunk * 2 * c.ffn_dim, "prefill activations");
   prefill_.activated.get(chunk * c.ffn_dim, "prefill activations");
-  uint16_t* contiguous_keys = prefill_.contiguous_keys.get(int64_t(c.n_kv_heads) * n * c.head_dim, "prefill keys");
-  uint16_t* contiguous_values = prefill_.contiguous_values.get(int64_t(c.n_kv_heads) * n * c.head_dim, "prefill values");
+  const int64_t kv_elements = int64_t(c.n_kv_heads) * end * c.head_dim;
+  uint16_t* contiguous_keys = prefill_.contiguous_keys.get(kv_elements, "prefill keys");
+  uint16_t* contiguous_values = prefill_.contiguous_values.get(kv_elements, "prefill values");
   if (seq.schedule_) {
-    prefill_layout_ = kc::prefill_index_layout(int(n), int(seq.options_.tile), {seq.options_.budget_percent, seq.options_.min_k});
+    prefill_layout_ = kc::prefill_index_layout(int(end), int(seq.options_.tile),
+                                               {seq.options_.budget_percent, seq.options_.min_k}, int(start));
     int64_t* offsets = prefill_.tile_offsets.get(int64_t(prefill_layout_.offsets.size()), "Kascade tile offsets");
     check(cudaMemcpyAsync(offsets, prefill_layout_.offsets.data(), prefill_layout_.offsets.size() * sizeof(int64_t),
                           cudaMemcpyHostToDevice, stream_),
@@ -553,7 +581,7 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
   qkv_template.page_table_stride = int64_t(seq.pages_.size());
   qkv_template.contiguous_keys = contiguous_keys;
   qkv_template.contiguous_values = contiguous_values;
-  qkv_template.contiguous_capacity = n;
+  qkv_template.contiguous_capacity = end;
 
   kc::AttentionArgs args;
   args.dtype = kc::DType::F16;
@@ -564,14 +592,19 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
   args.queries = queries;
   args.keys = contiguous_keys;
   args.values = contiguous_values;
-  args.capacity = n;
+  args.capacity = end;
   args.seq_lens = seq_len;
-  args.max_seq_len = int(n);
+  args.max_seq_len = int(end);
+  args.query_start = int(start);
   args.output = attended;
 
   gather_rows(embedding_.view, device_tokens, int(n), c.embedding_scale, x, stream_);
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& w = layers_[size_t(l)];
+    if (start > 0)
+      gather_kv_pages({pool_->keys(l), pool_->values(l), page_table, qkv_template.page_shift, c.n_kv_heads,
+                       c.head_dim},
+                      start, contiguous_keys, contiguous_values, end, stream_);
     for (int64_t c0 = 0; c0 < n; c0 += chunk) {
       const int64_t rows = std::min(chunk, n - c0);
       QkvStep qkv = qkv_template;
@@ -592,7 +625,7 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
   check(cudaMemcpyAsync(host.data(), logits, host.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_),
         "logits download");
   sync("prefill");
-  seq.position_ = n;
+  seq.position_ = end;
   seq.time_.total_seconds += clock.seconds();
   return host;
 }

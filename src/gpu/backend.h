@@ -11,14 +11,14 @@
 // positions, a sequence holds a list of pages (the same indices in every
 // layer) and returns them when it is destroyed. Decode steps batch sequences
 // of different lengths; the decode kernels read keys and values through the
-// page table. A prefill runs the whole prompt at once: its products in
-// chunks of prefill_chunk tokens, its attention over a contiguous copy of the
-// prompt's keys and values (the prefill kernels read a contiguous cache).
+// page table. A prefill call continues a sequence (a prompt in chunks of at
+// least prefill_chunk tokens, on Kascade tiles): its products in chunks of
+// prefill_chunk rows, its attention over a contiguous copy of the keys and
+// values so far (the prefill kernels read a contiguous cache).
 //
 // Not on the GPU (a one-line error says so): sliding-window models (Gemma 3),
 // the comparison strategies, Kascade's refined reuse and its pooling,
-// fixed-budget and own-tile ablations, and prefilling a sequence that already
-// holds tokens.
+// fixed-budget and own-tile ablations.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +32,7 @@ namespace kascade::gpu {
 struct BackendOptions {
   int page_size = 64;             // positions per KV page (a power of two >= 16)
   int max_batch = 64;             // sequences one decode step may batch
-  int64_t prefill_chunk = 4096;   // tokens per product chunk of a prefill
+  int64_t prefill_chunk = 4096;   // rows per product of a prefill; the least tokens a scheduler's chunk takes
   // KV pages take this share of the device memory left after the weights and
   // the step buffers.
   double kv_memory_fraction = 0.9;

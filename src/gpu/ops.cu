@@ -175,6 +175,22 @@ __global__ void soft_cap_kernel(float* x, int64_t count, float cap) {
     x[i] = cap * tanhf(x[i] / cap);
 }
 
+// One thread per 16 bytes (8 values) of a position's head row, keys and values.
+__global__ void gather_kv_pages_kernel(PagedKv kv, int64_t n, uint16_t* keys, uint16_t* values, int64_t capacity) {
+  const int vectors = kv.head_dim / 8;
+  const int64_t total = int64_t(kv.n_kv_heads) * n * vectors, page_mask = (int64_t(1) << kv.page_shift) - 1;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int v = int(i % vectors);
+    const int64_t position = (i / vectors) % n;
+    const int head = int(i / vectors / n);
+    const int64_t page = kv.page_table[position >> kv.page_shift];
+    const int64_t from = ((page * kv.n_kv_heads + head) << kv.page_shift | (position & page_mask)) * kv.head_dim;
+    const int64_t to = (head * capacity + position) * kv.head_dim;
+    reinterpret_cast<uint4*>(keys + to)[v] = reinterpret_cast<const uint4*>(kv.key_pages + from)[v];
+    reinterpret_cast<uint4*>(values + to)[v] = reinterpret_cast<const uint4*>(kv.value_pages + from)[v];
+  }
+}
+
 int stride_blocks(int64_t count) { return int(std::min<int64_t>((count + 255) / 256, 132 * 16)); }
 
 }  // namespace
@@ -194,6 +210,12 @@ void qkv_step(const QkvStep& step, cudaStream_t stream) {
   if (bytes > 48 * 1024) cudaFuncSetAttribute(qkv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
   // Few tokens (decode): wide blocks, so that each thread's loads are few.
   qkv_kernel<<<step.n, step.n <= 64 ? 1024 : kRowThreads, bytes, stream>>>(step);
+}
+
+void gather_kv_pages(const PagedKv& kv, int64_t n, uint16_t* keys, uint16_t* values, int64_t capacity,
+                     cudaStream_t stream) {
+  gather_kv_pages_kernel<<<stride_blocks(int64_t(kv.n_kv_heads) * n * (kv.head_dim / 8)), 256, 0, stream>>>(
+      kv, n, keys, values, capacity);
 }
 
 void gated_activation(const float* gate_up, int n, int ffn, bool gelu, uint16_t* out, cudaStream_t stream) {

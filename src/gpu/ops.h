@@ -50,6 +50,18 @@ struct QkvStep {
 };
 void qkv_step(const QkvStep& step, cudaStream_t stream);
 
+// One sequence's keys and values in one layer's pool of fp16 pages
+// [page][n_kv_heads][page_size][head_dim], page_size = 1 << page_shift.
+struct PagedKv {
+  const uint16_t *key_pages = nullptr, *value_pages = nullptr;
+  const int* page_table = nullptr;  // the sequence's pages, in order
+  int page_shift = 0, n_kv_heads = 0, head_dim = 0;
+};
+// Positions [0, n) into the contiguous layout [n_kv_heads][capacity][head_dim]
+// the prefill kernels read: a chunk's earlier positions.
+void gather_kv_pages(const PagedKv& kv, int64_t n, uint16_t* keys, uint16_t* values, int64_t capacity,
+                     cudaStream_t stream);
+
 // out[t][i] = bf16(act(gate_up[t][i]) * gate_up[t][ffn + i]), act SiLU (or
 // GELU-tanh), for n rows of the fused gate/up product [n][2 * ffn].
 void gated_activation(const float* gate_up, int n, int ffn, bool gelu, uint16_t* out, cudaStream_t stream);

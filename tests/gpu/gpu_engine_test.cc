@@ -424,10 +424,43 @@ TEST_F(GpuEngine, RefusesWhatItDoesNotRun) {
   refined.refine_factor = 3;
   EXPECT_THROW(gpu->new_sequence({100, refined, attention::KvType::F16}), Error);
   EXPECT_THROW(gpu->new_sequence({int64_t(1) << 40, dense(), attention::KvType::F16}), Error);
-  auto seq = gpu->new_sequence({100, dense(), attention::KvType::F16});
+  // Kascade's sparse prefill continues a sequence only on a tile boundary.
+  const attention::StrategyOptions kascade = kascade_options(*gpu, 10, 32);
+  auto seq = gpu->new_sequence({200, kascade, attention::KvType::F16});
   const std::vector<int32_t> prompt = random_tokens(50, gpu->config().vocab_size, 9);
   gpu->prefill(*seq, prompt, {}, 512);
-  EXPECT_THROW(gpu->prefill(*seq, prompt, {}, 512), Error);  // one prefill per sequence
+  EXPECT_THROW(gpu->prefill(*seq, prompt, {}, 512), Error);
+}
+
+// A prompt prefilled in chunks (as the scheduler sends a long one) gives the
+// logits of one pass, and decode goes on the same (teacher-forced), dense
+// and Kascade with its sparse prefill. Chunks on multiples of 128 keep the
+// attention kernels' rows bit-equal (prefill_exact_multiple is 128 at this
+// shape); what may differ is the products' rounding at other row counts.
+TEST_F(GpuEngine, ChunkedPrefillMatchesOnePass) {
+  auto gpu = gpu::make_cuda_backend(synthetic_model(TensorType::BF16, 4));
+  const std::vector<int32_t> prompt = random_tokens(1700, gpu->config().vocab_size, 21);
+  for (const attention::StrategyOptions& options : {dense(), kascade_options(*gpu, 10, 32)}) {
+    const GreedyRun one_pass = greedy(*gpu, options, prompt, 6);
+    auto seq = gpu->new_sequence({int64_t(prompt.size()) + 6, options, attention::KvType::F16});
+    std::vector<float> logits;
+    for (size_t start = 0; start < prompt.size(); start += 512)
+      logits = gpu->prefill(*seq, std::span(prompt).subspan(start, std::min<size_t>(512, prompt.size() - start)), {},
+                            512);
+    const double tolerance = options.name == "dense" ? 1e-3 : 0.05;
+    double worst = relative_error(logits, one_pass.prefill_logits);
+    EXPECT_LT(worst, tolerance) << options.name << " prefill";
+    for (size_t i = 0; i < one_pass.tokens.size(); ++i) {
+      engine::BackendSequence* one[] = {seq.get()};
+      gpu->decode(one, std::span(&one_pass.tokens[i], 1), logits.data());
+      if (i + 1 < one_pass.logits.size()) {
+        const double error = relative_error(logits, one_pass.logits[i + 1]);
+        EXPECT_LT(error, tolerance) << options.name << " decode step " << i;
+        worst = std::max(worst, error);
+      }
+    }
+    std::printf("chunked prefill %s: logits relative error %.2e against one pass\n", options.name.c_str(), worst);
+  }
 }
 
 }  // namespace
