@@ -321,7 +321,8 @@ CudaBackend::CudaBackend(const std::string& path, const BackendOptions& options)
   weight_bytes_ = weight_bytes;
 
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  blas_ = std::make_unique<Blas>(dequantize_bytes);
+  const int64_t widest_input = std::max<int64_t>({c.d_model, c.ffn_dim, int64_t(c.n_heads) * c.head_dim});
+  blas_ = std::make_unique<Blas>(dequantize_bytes, dequantize_bytes > 0 ? widest_input : 0);
   embedding_ = upload_matrix({&weights.token_embedding}, "the token embedding");
   output_norm_ = upload(weights.output_norm, "the output norm");
   if (!tied_output) output_ = upload_matrix({&weights.output}, "the output matrix");

@@ -20,9 +20,10 @@ namespace kascade::gpu {
 
 class Blas {
  public:
-  // `dequantize_bytes`: the buffer quantized matrices are dequantized into
-  // for cuBLAS (0 when every matrix is bf16).
-  explicit Blas(size_t dequantize_bytes = 0);
+  // For quantized matrices (none: zeros): the buffer they are dequantized
+  // into for cuBLAS, and their widest row, for the buffer gemv's inputs are
+  // quantized into.
+  explicit Blas(size_t dequantize_bytes = 0, int64_t quantized_cols = 0);
   ~Blas();
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
@@ -33,7 +34,7 @@ class Blas {
   void matmul(const Matrix& w, const uint16_t* x, int64_t n, float* out, float beta, cudaStream_t stream,
               bool half_input = false, uint16_t* converted = nullptr);
 
-  size_t workspace_bytes() const { return workspace_.bytes() + dequantized_.bytes(); }
+  size_t workspace_bytes() const { return workspace_.bytes() + dequantized_.bytes() + quantized_input_.bytes(); }
 
  private:
   void gemm(const uint16_t* w, int64_t rows, int64_t cols, const uint16_t* x, int64_t n, float* out, int64_t ldc,
@@ -41,7 +42,9 @@ class Blas {
 
   cublasContext* handle_ = nullptr;
   DeviceMemory workspace_;    // cuBLAS's, given up front so that no product allocates
-  DeviceMemory dequantized_;  // bf16 rows of a quantized matrix
+  DeviceMemory dequantized_;      // bf16 rows of a quantized matrix
+  int64_t quantized_cols_ = 0;
+  DeviceMemory quantized_input_;  // gemv's input rows in int8, then their scales
 };
 
 }  // namespace kascade::gpu

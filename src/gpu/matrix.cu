@@ -1,8 +1,8 @@
 // Kernels of gpu/matrix.h. The matrix-vector products give one warp to a
 // weight row at a time (rows striped over the grid): its lanes stream the row
-// in 16-byte loads, several in flight, decode them to fp32 in registers and
-// dot them with the same columns of up to kGemvGroup input rows (read through
-// the read-only cache); the warp sums its lanes at the end.
+// in 16-byte loads, several in flight, and dot them in registers with the
+// same columns of up to kGemvGroup input rows (read through the read-only
+// cache); the warp sums its lanes at the end.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -80,8 +80,14 @@ __device__ __forceinline__ void write_rows(const float (&acc)[kRows], int64_t ro
        row += int64_t(gridDim.x) * (blockDim.x >> 5))
 
 // bf16 weights: each lane 8 values per load, eight loads in flight.
+// Resident blocks per SM a product kernel is compiled for: the registers it
+// may take are bounded so that enough warps stay resident to keep loads in
+// flight (one or two input rows need few registers; eight need more).
+template <int kRows>
+constexpr int kMinBlocks = kRows <= 2 ? 4 : 2;
+
 template <int kRows, bool kHalfInput>
-__global__ void gemv_bf16_kernel(Matrix w, const uint16_t* x, float* out, float beta) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_bf16_kernel(Matrix w, const uint16_t* x, float* out, float beta) {
   constexpr int kUnroll = 8;
   const int lane = threadIdx.x & 31;
   const int64_t vectors = w.cols / 8;
@@ -114,11 +120,15 @@ __global__ void gemv_bf16_kernel(Matrix w, const uint16_t* x, float* out, float 
   }
 }
 
-// Q8_0: each lane 16 quants per load (half a block: its scale is block v / 2),
-// eight loads in flight; the block's dot in fp32, then times its scale.
-template <int kRows, bool kHalfInput>
-__global__ void gemv_q8_0_kernel(Matrix w, const uint16_t* x, float* out, float beta) {
-  constexpr int kUnroll = 8;
+// Quantized weights against int8 activations (quantize_rows): integer dot
+// products of four byte pairs per instruction (__dp4a), scaled once per run.
+
+// Q8_0: each lane 16 quants per load (half a block), four loads in flight;
+// the integer dot of the 16 pairs times the weight block's and the input
+// block's scales.
+template <int kRows>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q8_0_kernel(Matrix w, GemvInput x, float* out, float beta) {
+  constexpr int kUnroll = 4;
   const int lane = threadIdx.x & 31;
   const int64_t vectors = w.cols / 16;
   FOR_EACH_ROW(w) {
@@ -140,23 +150,15 @@ __global__ void gemv_q8_0_kernel(Matrix w, const uint16_t* x, float* out, float 
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t v = v0 + 32 * u;
         if (v >= vectors) break;
-        const uint32_t* words = reinterpret_cast<const uint32_t*>(&loaded[u]);
-        float q[16];
-#pragma unroll
-        for (int i = 0; i < 16; ++i) q[i] = signed_byte(words[i / 4], i % 4);
         const float d = half_value(scale_bits[u]);
 #pragma unroll
         for (int t = 0; t < kRows; ++t) {
-          const uint4* xv = reinterpret_cast<const uint4*>(x + t * w.cols) + 2 * v;
-          float lo[8], hi[8];
-          widen8<kHalfInput>(__ldg(xv), lo);
-          widen8<kHalfInput>(__ldg(xv + 1), hi);
-          float dot = 0;
-#pragma unroll
-          for (int i = 0; i < 8; ++i) dot = fmaf(q[i], lo[i], dot);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) dot = fmaf(q[8 + i], hi[i], dot);
-          acc[t] = fmaf(d, dot, acc[t]);
+          const uint4 in = __ldg(reinterpret_cast<const uint4*>(x.quants + t * w.cols) + v);
+          int dot = __dp4a(int(loaded[u].x), int(in.x), 0);
+          dot = __dp4a(int(loaded[u].y), int(in.y), dot);
+          dot = __dp4a(int(loaded[u].z), int(in.z), dot);
+          dot = __dp4a(int(loaded[u].w), int(in.w), dot);
+          acc[t] = fmaf(d * __ldg(x.scales + t * (w.cols / 32) + v / 2), float(dot), acc[t]);
         }
       }
     }
@@ -167,11 +169,13 @@ __global__ void gemv_q8_0_kernel(Matrix w, const uint16_t* x, float* out, float 
 // Q4_K: eight lanes per 256-value block, so a warp covers four blocks per
 // step. Lane part p loads the block's header and nibble bytes [16p, 16p + 16)
 // of the 64-value group p / 2: their low nibbles are 16 values of sub-block
-// 2 (p / 2), their high nibbles the same 16 places of sub-block 2 (p / 2) + 1.
-// Per sub-block run, sum(x * (scale * q - min)) = scale * sum(x * q) - min * sum(x).
-template <int kRows, bool kHalfInput>
-__global__ void gemv_q4_k_kernel(Matrix w, const uint16_t* x, float* out, float beta) {
-  constexpr int kUnroll = 4;
+// 2 (p / 2), their high nibbles the same 16 places of sub-block 2 (p / 2) + 1;
+// each run of 16 lies in one input block of 32. Per run,
+// sum(x * (scale * q - min)) = dx * (scale * sum(q * xq) - min * sum(xq)).
+template <int kRows>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q4_k_kernel(Matrix w, GemvInput x, float* out, float beta) {
+  constexpr int kUnroll = 2;
+  constexpr int kOnes = 0x01010101;
   const int lane = threadIdx.x & 31, part = lane & 7, group = part >> 1;
   const int first_value = 64 * group + 16 * (part & 1);  // of the low-nibble run; the high one is 32 later
   const int64_t blocks = w.cols / 256;
@@ -195,35 +199,56 @@ __global__ void gemv_q4_k_kernel(Matrix w, const uint16_t* x, float* out, float 
         float low_scale, low_min, high_scale, high_min;
         q4_k_scale_min(header[u], 2 * group, low_scale, low_min);
         q4_k_scale_min(header[u], 2 * group + 1, high_scale, high_min);
-        const uint32_t* words = reinterpret_cast<const uint32_t*>(&nibbles[u]);
-        float low[16], high[16];
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          const uint32_t byte = (words[i / 4] >> (8 * (i % 4))) & 0xff;
-          low[i] = float(byte & 0x0f);
-          high[i] = float(byte >> 4);
-        }
+        const int words[4] = {int(nibbles[u].x), int(nibbles[u].y), int(nibbles[u].z), int(nibbles[u].w)};
+        const int64_t column = b * 256 + first_value;
 #pragma unroll
         for (int t = 0; t < kRows; ++t) {
-          const uint16_t* xt = x + t * w.cols + b * 256 + first_value;
-          float x_low[16], x_high[16];
-          widen8<kHalfInput>(__ldg(reinterpret_cast<const uint4*>(xt)), x_low);
-          widen8<kHalfInput>(__ldg(reinterpret_cast<const uint4*>(xt) + 1), x_low + 8);
-          widen8<kHalfInput>(__ldg(reinterpret_cast<const uint4*>(xt + 32)), x_high);
-          widen8<kHalfInput>(__ldg(reinterpret_cast<const uint4*>(xt + 32) + 1), x_high + 8);
-          float low_dot = 0, low_sum = 0, high_dot = 0, high_sum = 0;
+          const int8_t* in = x.quants + t * w.cols + column;
+          const uint4 low_in = __ldg(reinterpret_cast<const uint4*>(in));
+          const uint4 high_in = __ldg(reinterpret_cast<const uint4*>(in + 32));
+          const int low_words[4] = {int(low_in.x), int(low_in.y), int(low_in.z), int(low_in.w)};
+          const int high_words[4] = {int(high_in.x), int(high_in.y), int(high_in.z), int(high_in.w)};
+          int low_dot = 0, low_sum = 0, high_dot = 0, high_sum = 0;
 #pragma unroll
-          for (int i = 0; i < 16; ++i) {
-            low_dot = fmaf(low[i], x_low[i], low_dot);
-            low_sum += x_low[i];
-            high_dot = fmaf(high[i], x_high[i], high_dot);
-            high_sum += x_high[i];
+          for (int i = 0; i < 4; ++i) {
+            low_dot = __dp4a(words[i] & 0x0f0f0f0f, low_words[i], low_dot);
+            low_sum = __dp4a(kOnes, low_words[i], low_sum);
+            high_dot = __dp4a((words[i] >> 4) & 0x0f0f0f0f, high_words[i], high_dot);
+            high_sum = __dp4a(kOnes, high_words[i], high_sum);
           }
-          acc[t] += low_scale * low_dot - low_min * low_sum + high_scale * high_dot - high_min * high_sum;
+          const float* dx = x.scales + t * (w.cols / 32) + column / 32;
+          acc[t] += __ldg(dx) * (low_scale * float(low_dot) - low_min * float(low_sum)) +
+                    __ldg(dx + 1) * (high_scale * float(high_dot) - high_min * float(high_sum));
         }
       }
     }
     write_rows<kRows>(acc, row, w.rows, out, beta);
+  }
+}
+
+// Four threads per 32 input values, 8 each: the block's largest magnitude
+// through two shuffles, then the int8 values and (one thread) the scale.
+template <bool kHalf>
+__global__ void quantize_rows_kernel(const uint16_t* x, int64_t count, int8_t* quants, float* scales) {
+  // count / 8 threads do work; the grid is rounded up to whole warps, so
+  // every lane reaches the shuffles.
+  const int64_t total = (count / 8 + 31) / 32 * 32;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const bool active = i < count / 8;
+    float v[8] = {};
+    if (active) widen8<kHalf>(reinterpret_cast<const uint4*>(x)[i], v);
+    float largest = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) largest = fmaxf(largest, fabsf(v[k]));
+    largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, 1));
+    largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, 2));
+    if (!active) continue;
+    const float d = largest / 127.0f, inverse = d > 0 ? 1.0f / d : 0.0f;
+    uint32_t words[2] = {};
+#pragma unroll
+    for (int k = 0; k < 8; ++k) words[k / 4] |= uint32_t(uint8_t(int8_t(__float2int_rn(v[k] * inverse)))) << (8 * (k % 4));
+    reinterpret_cast<uint2*>(quants)[i] = make_uint2(words[0], words[1]);
+    if ((i & 3) == 0) scales[i / 4] = d;
   }
 }
 
@@ -286,27 +311,31 @@ __global__ void gather_rows_kernel(Matrix table, const int32_t* rows, float scal
   }
 }
 
-template <int kRows, bool kHalfInput>
-void launch_gemv(const Matrix& w, const uint16_t* x, float* out, float beta, cudaStream_t stream) {
+template <int kRows>
+void launch_gemv(const Matrix& w, const GemvInput& x, float* out, float beta, cudaStream_t stream) {
   const int blocks = int(std::min<int64_t>((w.rows + kThreads / 32 - 1) / (kThreads / 32), kMaxBlocks));
   switch (w.format) {
-    case MatrixFormat::BF16: gemv_bf16_kernel<kRows, kHalfInput><<<blocks, kThreads, 0, stream>>>(w, x, out, beta); return;
-    case MatrixFormat::Q8_0: gemv_q8_0_kernel<kRows, kHalfInput><<<blocks, kThreads, 0, stream>>>(w, x, out, beta); return;
-    case MatrixFormat::Q4_K: gemv_q4_k_kernel<kRows, kHalfInput><<<blocks, kThreads, 0, stream>>>(w, x, out, beta); return;
+    case MatrixFormat::BF16:
+      if (x.half)
+        gemv_bf16_kernel<kRows, true><<<blocks, kThreads, 0, stream>>>(w, x.x, out, beta);
+      else
+        gemv_bf16_kernel<kRows, false><<<blocks, kThreads, 0, stream>>>(w, x.x, out, beta);
+      return;
+    case MatrixFormat::Q8_0: gemv_q8_0_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, beta); return;
+    case MatrixFormat::Q4_K: gemv_q4_k_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, beta); return;
   }
 }
 
-template <bool kHalfInput>
-void launch_gemv_group(const Matrix& w, const uint16_t* x, int rows, float* out, float beta, cudaStream_t stream) {
+void launch_gemv_group(const Matrix& w, const GemvInput& x, int rows, float* out, float beta, cudaStream_t stream) {
   switch (rows) {
-    case 1: return launch_gemv<1, kHalfInput>(w, x, out, beta, stream);
-    case 2: return launch_gemv<2, kHalfInput>(w, x, out, beta, stream);
-    case 3: return launch_gemv<3, kHalfInput>(w, x, out, beta, stream);
-    case 4: return launch_gemv<4, kHalfInput>(w, x, out, beta, stream);
-    case 5: return launch_gemv<5, kHalfInput>(w, x, out, beta, stream);
-    case 6: return launch_gemv<6, kHalfInput>(w, x, out, beta, stream);
-    case 7: return launch_gemv<7, kHalfInput>(w, x, out, beta, stream);
-    case 8: return launch_gemv<8, kHalfInput>(w, x, out, beta, stream);
+    case 1: return launch_gemv<1>(w, x, out, beta, stream);
+    case 2: return launch_gemv<2>(w, x, out, beta, stream);
+    case 3: return launch_gemv<3>(w, x, out, beta, stream);
+    case 4: return launch_gemv<4>(w, x, out, beta, stream);
+    case 5: return launch_gemv<5>(w, x, out, beta, stream);
+    case 6: return launch_gemv<6>(w, x, out, beta, stream);
+    case 7: return launch_gemv<7>(w, x, out, beta, stream);
+    case 8: return launch_gemv<8>(w, x, out, beta, stream);
   }
 }
 
@@ -314,15 +343,26 @@ static_assert(kGemvGroup == 8, "launch_gemv_group instantiates groups of 1..8 ro
 
 }  // namespace
 
-void gemv(const Matrix& w, const uint16_t* x, bool half_input, int64_t n, float* out, float beta,
-          cudaStream_t stream) {
+void gemv(const Matrix& w, const GemvInput& x, int64_t n, float* out, float beta, cudaStream_t stream) {
   for (int64_t t0 = 0; t0 < n; t0 += kGemvGroup) {
-    const int rows = int(std::min<int64_t>(kGemvGroup, n - t0));
-    if (half_input)
-      launch_gemv_group<true>(w, x + t0 * w.cols, rows, out + t0 * w.rows, beta, stream);
-    else
-      launch_gemv_group<false>(w, x + t0 * w.cols, rows, out + t0 * w.rows, beta, stream);
+    GemvInput group = x;
+    if (group.x) group.x += t0 * w.cols;
+    if (group.quants) {
+      group.quants += t0 * w.cols;
+      group.scales += t0 * (w.cols / 32);
+    }
+    launch_gemv_group(w, group, int(std::min<int64_t>(kGemvGroup, n - t0)), out + t0 * w.rows, beta, stream);
   }
+}
+
+void quantize_rows(const uint16_t* x, bool half_input, int64_t n, int64_t cols, int8_t* quants, float* scales,
+                   cudaStream_t stream) {
+  const int64_t count = n * cols;
+  const int blocks = int(std::clamp<int64_t>((count / 8 + 255) / 256, 1, 132 * 16));
+  if (half_input)
+    quantize_rows_kernel<true><<<blocks, 256, 0, stream>>>(x, count, quants, scales);
+  else
+    quantize_rows_kernel<false><<<blocks, 256, 0, stream>>>(x, count, quants, scales);
 }
 
 void dequantize_rows(const Matrix& w, int64_t first, int64_t count, uint16_t* out, cudaStream_t stream) {

@@ -54,17 +54,31 @@ DeviceMatrix upload_matrix(std::initializer_list<const ops::Weight*> parts, cons
 // Kernels. x and out are [n][cols] and [n][rows]; x is bf16, or fp16 with
 // half_input.
 
-// Rows a call of gemv takes: decode's batches. A quantized matrix is read
-// once per kGemvGroup rows, so it streams up to four groups before
+// Rows a call of gemv takes: decode's batches. A matrix is read once per
+// kGemvGroup rows, so a quantized one streams up to four groups before
 // dequantize-then-cuBLAS (gemm.h) costs less.
 inline constexpr int kGemvGroup = 8;
 inline int64_t max_gemv_rows(const Matrix& w) { return w.format == MatrixFormat::BF16 ? kGemvGroup : 4 * kGemvGroup; }
 
+// The input rows of gemv, [n][cols]: bf16 (or fp16 with half) for a BF16
+// matrix; for a quantized one, quantized by quantize_rows: per 32 values an
+// fp32 scale d = max|x| / 127 and int8 round(x / d), so that the products
+// run on integer dot products (4 multiply-adds an instruction) and stay
+// bound by the weights' bytes at a batch of 8, not by arithmetic.
+struct GemvInput {
+  const uint16_t* x = nullptr;
+  bool half = false;
+  const int8_t* quants = nullptr;  // [n][cols]
+  const float* scales = nullptr;   // [n][cols / 32]
+};
+void quantize_rows(const uint16_t* x, bool half_input, int64_t n, int64_t cols, int8_t* quants, float* scales,
+                   cudaStream_t stream);
+
 // out[t][r] = sum_c w[r][c] * x[t][c] + beta * out[t][r] for t < n <=
 // max_gemv_rows(w): one warp per weight row streams the row once per
-// kGemvGroup input rows, fp32 accumulation. cols a multiple of 8.
-void gemv(const Matrix& w, const uint16_t* x, bool half_input, int64_t n, float* out, float beta,
-          cudaStream_t stream);
+// kGemvGroup input rows; fp32 accumulation (of exact integer block dots for
+// quantized weights). cols a multiple of 32.
+void gemv(const Matrix& w, const GemvInput& x, int64_t n, float* out, float beta, cudaStream_t stream);
 
 // out = bf16 of rows [first, first + count) of w (bf16 [count][cols]).
 void dequantize_rows(const Matrix& w, int64_t first, int64_t count, uint16_t* out, cudaStream_t stream);
