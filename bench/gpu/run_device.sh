@@ -16,6 +16,8 @@
 # SYNTH_TYPES    synthetic models benchmarked, in turn: bf16 (default), q8_0,
 #                q4_k, or several ("q4_k bf16"); CONTEXTS, BATCHES, STRATEGIES:
 #                engine_bench's lists.
+# SYNTH_TOKENIZER  a GGUF whose tokenizer the synthetic models take (default:
+#                the default model's; the GPU machine has neither unless staged).
 # HF_CONTEXTS    also time Hugging Face transformers (bench/gpu/hf_baseline.py)
 #                at these contexts and HF_BATCHES (default 1,16).
 set -uo pipefail
@@ -52,7 +54,8 @@ if [[ $what != test ]]; then
   for type in ${SYNTH_TYPES:-bf16}; do
     model=/tmp/kascade-synth-llama-3.1-8b-$type.gguf
     if [[ ! -f $model ]]; then
-      "$bin/kascade" synth --preset llama-3.1-8b --type "$type" -o "$model" -q || { echo "synth failed"; exit 1; }
+      "$bin/kascade" synth --preset llama-3.1-8b --type "$type" -o "$model" -q \
+        ${SYNTH_TOKENIZER:+--tokenizer "$SYNTH_TOKENIZER"} || { echo "synth failed"; exit 1; }
     fi
     "$bin/engine_bench" --model "$model" --device cuda --contexts "${CONTEXTS:-1024,32768}" \
       --batches "${BATCHES:-1,16}" --strategies "${STRATEGIES:-dense,kascade,kascade-reuse-sparse-prefill}" \
