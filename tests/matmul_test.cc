@@ -3,9 +3,11 @@
 // dequant_test): both paths (decode matrix-vector with activations split
 // into int16 value and residual blocks, prefill dequantize + sgemm) for every supported weight type,
 // with activations that have an outlier per block (the hard case for
-// per-block activation scales).
+// per-block activation scales); and the per-token path's promise that a
+// token's result does not depend on the tokens beside it.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -26,10 +28,11 @@ std::vector<uint8_t> random_rows(TensorType type, int64_t rows, int64_t cols, st
   std::vector<uint8_t> data(size_t(rows * row_bytes(type, cols)));
   for (uint8_t& byte : data) byte = uint8_t(rng());
   std::normal_distribution<float> normal;
-  if (type == TensorType::F32 || type == TensorType::F16) {
+  if (type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16) {
     for (int64_t i = 0; i < rows * cols; ++i) {
       const float value = normal(rng);
-      const uint16_t half = fp32_to_fp16(value);
+      const uint16_t half =
+          type == TensorType::F16 ? fp32_to_fp16(value) : uint16_t(std::bit_cast<uint32_t>(value) >> 16);
       if (type == TensorType::F32) std::memcpy(&data[size_t(i) * 4], &value, 4);
       else std::memcpy(&data[size_t(i) * 2], &half, 2);
     }
@@ -48,13 +51,15 @@ std::vector<uint8_t> random_rows(TensorType type, int64_t rows, int64_t cols, st
       continue;
     }
     put_half(block);  // d first in every other format
-    if (type == TensorType::Q4_1 || type == TensorType::Q5_1 || type == TensorType::Q4_K)
+    if (type == TensorType::Q4_1 || type == TensorType::Q5_1 || type == TensorType::Q4_K || type == TensorType::Q5_K)
       put_half(block + 2);  // m (dmin)
   }
   return data;
 }
 
-void check_type(TensorType type, int64_t n_tokens) {
+using Product = void (*)(const Weight&, const float*, int64_t, float*);
+
+void check_type(TensorType type, int64_t n_tokens, Product product = matmul) {
   constexpr int64_t kRows = 67, kCols = 256;
   std::mt19937 rng(unsigned(type) * 100 + unsigned(n_tokens));
   const std::vector<uint8_t> data = random_rows(type, kRows, kCols, rng);
@@ -63,7 +68,7 @@ void check_type(TensorType type, int64_t n_tokens) {
   std::vector<float> in(size_t(n_tokens * kCols));
   for (size_t i = 0; i < in.size(); ++i) in[i] = normal(rng) * (i % 37 == 5 ? 40.0f : 1.0f);
   std::vector<float> out(size_t(n_tokens * kRows));
-  matmul(w, in.data(), n_tokens, out.data());
+  product(w, in.data(), n_tokens, out.data());
 
   std::vector<float> row(kCols);
   for (int64_t r = 0; r < kRows; ++r) {
@@ -87,11 +92,63 @@ class MatmulTypes : public ::testing::TestWithParam<TensorType> {};
 TEST_P(MatmulTypes, DecodePathMatchesReference) { check_type(GetParam(), 1); }
 TEST_P(MatmulTypes, FewTokensMatchReference) { check_type(GetParam(), 3); }
 TEST_P(MatmulTypes, PrefillPathMatchesReference) { check_type(GetParam(), kGemmMinTokens + 3); }
+TEST_P(MatmulTypes, PerTokenPathMatchesReference) {
+  check_type(GetParam(), 20, matmul_per_token);
+  check_type(GetParam(), 64, matmul_per_token);
+}
+
+// Several tokens through the per-token path give each token bit for bit its
+// result alone, at any count (batched decode relies on it), for every
+// supported type; odd row counts and, where the format allows, odd block
+// counts and columns that are not a multiple of 16.
+int64_t columns_for(TensorType type) {
+  switch (type) {
+    case TensorType::F32: case TensorType::F16: case TensorType::BF16: return 100;
+    case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K: return 512;
+    default: return 160;  // five 32-value blocks: the even/odd chains end unevenly
+  }
+}
+
+uint32_t bits(float x) { return std::bit_cast<uint32_t>(x); }
+
+TEST_P(MatmulTypes, TokensTogetherEqualEachAlone) {
+  const TensorType type = GetParam();
+  const int64_t rows = 37, cols = columns_for(type), max_tokens = 64;
+  std::mt19937 rng(unsigned(type) + 7);
+  const std::vector<uint8_t> data = random_rows(type, rows, cols, rng);
+  const Weight w{"w", type, data.data(), rows, cols, row_bytes(type, cols)};
+  std::normal_distribution<float> normal;
+  std::vector<float> in(size_t(max_tokens * cols));
+  for (size_t i = 0; i < in.size(); ++i) in[i] = normal(rng) * (i % 37 == 5 ? 40.0f : 1.0f);
+
+  std::vector<float> alone(size_t(max_tokens * rows));
+  for (int64_t t = 0; t < max_tokens; ++t) matmul(w, in.data() + t * cols, 1, alone.data() + t * rows);
+  std::vector<int64_t> counts = {64, 33};
+  for (int64_t n = 1; n <= 20; ++n) counts.push_back(n);
+  for (const int64_t n : counts) {
+    // Each count starts at a different token, so no batch is a prefix of another.
+    const int64_t first = (n * 7) % (max_tokens - n + 1);
+    std::vector<float> together(size_t(n * rows));
+    matmul_per_token(w, in.data() + first * cols, n, together.data());
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t r = 0; r < rows; ++r)
+        ASSERT_EQ(bits(together[t * rows + r]), bits(alone[(first + t) * rows + r]))
+            << type_traits(type).name << ", token " << t << " of " << n << ", row " << r;
+    // Below the sgemm path, matmul is the same path.
+    if (n < kGemmMinTokens) {
+      std::vector<float> via_matmul(size_t(n * rows));
+      matmul(w, in.data() + first * cols, n, via_matmul.data());
+      ASSERT_EQ(0, std::memcmp(via_matmul.data(), together.data(), via_matmul.size() * sizeof(float)))
+          << type_traits(type).name << ", " << n << " tokens";
+    }
+  }
+}
 
 INSTANTIATE_TEST_SUITE_P(All, MatmulTypes,
-                         ::testing::Values(TensorType::F32, TensorType::F16, TensorType::Q4_0,
+                         ::testing::Values(TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q4_0,
                                            TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
-                                           TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K),
+                                           TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K,
+                                           TensorType::Q6_K),
                          [](const auto& info) { return std::string(type_traits(info.param).name); });
 
 }  // namespace

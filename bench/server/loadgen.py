@@ -18,7 +18,9 @@ chunks, p50/p99).
 
 Standard library only. With --kascade the request carries
 {"kascade": {"attention": ..., "budget": ...}} (kascade serve's extension);
-llama-server ignores the field.
+llama-server ignores the field. Requests carry "ignore_eos": true (both
+servers accept it), so every stream decodes --max-tokens tokens and no
+stream leaves a level's batch early; --no-ignore-eos stops at end tokens.
 """
 
 import argparse
@@ -44,10 +46,10 @@ def percentile(values, p):
 
 
 class Target:
-    def __init__(self, url, model, api_key, extra):
+    def __init__(self, url, model, api_key, extra, ignore_eos):
         parsed = urlparse(url)
         self.host, self.port = parsed.hostname, parsed.port or 80
-        self.model, self.extra = model, extra
+        self.model, self.extra, self.ignore_eos = model, extra, ignore_eos
         self.prompt_counts = []  # prompt tokens of each streamed request, from its usage
         self.headers = {"Content-Type": "application/json"}
         if api_key:
@@ -61,6 +63,7 @@ class Target:
             payload["model"] = self.model
         if stream:
             payload["stream_options"] = {"include_usage": True}
+            payload["ignore_eos"] = self.ignore_eos
         connection.request("POST", "/v1/completions", json.dumps(payload), self.headers)
         return connection, connection.getresponse()
 
@@ -218,10 +221,12 @@ def main():
     parser.add_argument("--label", default="")
     parser.add_argument("--wait", type=float, default=300, help="seconds to wait for GET /health to answer 200")
     parser.add_argument("--json", default="", help="append the results to this file")
+    parser.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True,
+                        help="decode --max-tokens tokens past end tokens (default: yes)")
     args = parser.parse_args()
 
     extra = {"kascade": {"attention": args.kascade, "budget": args.budget}} if args.kascade else {}
-    target = Target(args.url, args.model, args.api_key, extra)
+    target = Target(args.url, args.model, args.api_key, extra, args.ignore_eos)
     target.wait_ready(args.wait)
     text = Path(args.text).read_text(errors="replace")
     levels = [int(c) for c in args.concurrency.split(",")]

@@ -17,6 +17,7 @@ TokenStream::TokenStream(const tokenizer::Tokenizer& tokenizer, std::span<const 
                          const GenerateOptions& options, std::function<void(const std::string&)> on_text)
     : tokenizer_(tokenizer),
       max_new_tokens_(options.max_new_tokens),
+      ignore_eos_(options.ignore_eos),
       sampler_(options.sampling),
       stops_(options.stop_strings),
       decoder_(tokenizer, /*skip_special=*/true),
@@ -45,7 +46,7 @@ std::optional<int32_t> TokenStream::next(std::span<const float> logits, const Ba
     return std::nullopt;
   }
   const int32_t token = sampler_.sample(logits);
-  if (tokenizer_.is_end_of_generation(token)) {
+  if (!ignore_eos_ && tokenizer_.is_end_of_generation(token)) {
     finish("eos");
     return std::nullopt;
   }

@@ -23,6 +23,7 @@ namespace kascade::engine {
 struct GenerateOptions {
   int64_t max_new_tokens = 256;
   std::vector<std::string> stop_strings;
+  bool ignore_eos = false;  // end-of-generation tokens do not stop (they are generated like any other)
   sampling::SamplerOptions sampling;
   int64_t prefill_chunk = 512;
 };
@@ -66,6 +67,7 @@ class TokenStream {
 
   const tokenizer::Tokenizer& tokenizer_;
   int64_t max_new_tokens_;
+  bool ignore_eos_;
   sampling::Sampler sampler_;
   sampling::StopStringMatcher stops_;
   tokenizer::StreamDecoder decoder_;

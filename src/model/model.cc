@@ -89,10 +89,6 @@ void read_gemma3_config(const gguf::File& file, Config& config) {
   }
 }
 
-// Rows per weight product of a batched decode step: below the sgemm path,
-// whose results depend on the rows around them (ops/matmul.h).
-constexpr int64_t kDecodeRowsPerProduct = ops::kGemmMinTokens - 1;
-
 // Grows `a` to hold n rows of every activation.
 void reserve_rows(Activations& a, const Config& c, int64_t n) {
   if (a.tokens >= n) return;
@@ -395,15 +391,10 @@ void Model::decode(std::span<Sequence* const> seqs, std::span<const int32_t> tok
   Stopwatch total_clock;
   double matmul_seconds = 0;
   std::vector<double> attention_seconds(size_t(n), 0.0);
-  // Products on all rows, in groups below the sgemm path, split evenly.
+  // Products on all rows at once, each row's result independent of the others.
   auto project = [&](const ops::Weight& w, const float* in, float* out) {
     Stopwatch clock;
-    const int64_t groups = (n + kDecodeRowsPerProduct - 1) / kDecodeRowsPerProduct;
-    for (int64_t g = 0, first = 0; g < groups; ++g) {
-      const int64_t rows = (n - first) / (groups - g);
-      ops::matmul(w, in + first * w.cols, rows, out + first * w.rows);
-      first += rows;
-    }
+    ops::matmul_per_token(w, in, n, out);
     matmul_seconds += clock.seconds();
   };
 

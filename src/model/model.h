@@ -172,9 +172,8 @@ class Model {
   // so each weight byte is read once per step rather than once per sequence;
   // RoPE, the cache write and attention run per sequence with its own cache
   // and strategy. Writes logits [n][vocab]. Each sequence gets exactly the
-  // numbers forward() would give it alone: the products go in groups of
-  // fewer than ops::kGemmMinTokens rows, whose per-token matrix-vector path
-  // does not depend on the other rows.
+  // numbers forward() would give it alone: the products take the per-token
+  // path (ops::matmul_per_token) at any batch size, as a lone decode token does.
   void decode(std::span<Sequence* const> seqs, std::span<const int32_t> tokens, float* logits,
               Activations& scratch) const;
 

@@ -20,21 +20,45 @@ namespace {
 
 constexpr int kBlock = 32;  // values per block of every legacy quant type
 
-// Dot products of one quantized weight row with the activations. Each
-// 32-value block of activations becomes two int16 blocks: the values rounded
-// at scale max/32767, and the rounding residual at 1/32768 of that scale
-// (about 30 bits in all, fp32-level accuracy even beside the huge outlier
-// channels of LLM activations). The weight integers are widened once and
-// multiply both with madd_epi16: fewer instructions than widening every
-// weight to fp32, so the matrix-vector product gets closer to memory speed.
+// Dot products of quantized weight rows with the activations. Each 32-value
+// block of activations becomes two int16 blocks: the values rounded at scale
+// max/32767, and the rounding residual at 1/32768 of that scale (about 30
+// bits in all, fp32-level accuracy even beside the huge outlier channels of
+// LLM activations). The weight integers are widened once and multiply both
+// with madd_epi16: fewer instructions than widening every weight to fp32.
 // Each block's exact fp32 activation sum carries the zero point (Q4_0, Q5_0)
 // and minimum (Q4_1, Q5_1) terms.
+//
+// A step's tokens share every weight block: it is read once and unpacked
+// once per group of up to four tokens, and each token goes through the same
+// operations in the same order whatever the other tokens are, so a token's
+// result is bit for bit the same alone or in a batch (batched decode relies
+// on it). What batching saves is the unpacking and the block's factors; the
+// four madd_epi16 per block and token remain, so a token costs about 0.75x
+// of a lone one.
 
-// Activations of one token as int16 blocks.
-struct QuantizedActivations {
-  const int16_t* values;     // [n_blocks * 32]
-  const int16_t* residuals;  // [n_blocks * 32], at scale / 32768
-  const float* scale_sums;   // [n_blocks][2]: the block's scale, its exact sum
+// Tokens dotted together with each weight block, at most 4 (their scale and
+// sum pairs fill one vector): four tokens' two chains (eight registers)
+// leave room for the block's words and the temporaries among AVX2's sixteen.
+constexpr int64_t kTokensPerGroup = 4;
+
+// The activations of a step's tokens as int16 blocks, in groups of
+// kTokensPerGroup tokens (the last one may be smaller). A group's entries lie
+// together, block-major: the tokens dotted with one weight block side by
+// side, and the group in one stretch of memory that stays in L1 while the
+// rows pass (a stride per block would map the blocks onto few cache sets).
+struct QuantizedTokens {
+  int64_t n_tokens = 0, n_blocks = 0;
+  std::vector<int16_t> values;     // 32 per entry
+  std::vector<int16_t> residuals;  // 32 per entry, at scale / 32768
+  std::vector<float> scale_sums;   // per entry the block's scale and its exact sum; zeros past the
+                                   // last entry, as a group's pairs are read as eight floats
+
+  int64_t group_size(int64_t first) const { return std::min(kTokensPerGroup, n_tokens - first); }
+  // Entry of block `block` of the token `index` places into the group that starts at token `first`.
+  int64_t entry(int64_t first, int64_t block, int64_t index) const {
+    return first * n_blocks + block * group_size(first) + index;
+  }
 };
 
 // 32 int32 -> 32 int16 in order (packs_epi32 interleaves 128-bit lanes).
@@ -48,8 +72,9 @@ inline void store_int16(int16_t* out, __m256i a, __m256i b, __m256i c, __m256i d
 // In fp32 with AVX2 (a decode step quantizes every matrix's input, serially
 // before the threads start): value = rint(x / scale), and the residual
 // x - value * scale comes exact out of one FMA, so value + residual / 32768
-// reproduces x to about 2^-16 of the block's scale.
-void quantize_activations(const float* x, int64_t n_blocks, int16_t* values, int16_t* residuals,
+// reproduces x to about 2^-16 of the block's scale. Block b goes to entry
+// b * stride of the outputs (32 values and residuals per entry).
+void quantize_activations(const float* x, int64_t n_blocks, int64_t stride, int16_t* values, int16_t* residuals,
                           float* scale_sums) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t b = 0; b < n_blocks; ++b) {
@@ -72,10 +97,28 @@ void quantize_activations(const float* x, int64_t n_blocks, int16_t* values, int
       const __m256 remainder = _mm256_fnmadd_ps(value, scale_v, v[i]);  // |remainder| <= scale / 2
       residual[i] = _mm256_cvtps_epi32(_mm256_mul_ps(remainder, residual_inverse));
     }
-    store_int16(values + b * kBlock, rounded[0], rounded[1], rounded[2], rounded[3]);
-    store_int16(residuals + b * kBlock, residual[0], residual[1], residual[2], residual[3]);
-    scale_sums[2 * b] = scale;
-    scale_sums[2 * b + 1] = horizontal_sum(sum);
+    const int64_t at = b * stride;
+    store_int16(values + at * kBlock, rounded[0], rounded[1], rounded[2], rounded[3]);
+    store_int16(residuals + at * kBlock, residual[0], residual[1], residual[2], residual[3]);
+    scale_sums[2 * at] = scale;
+    scale_sums[2 * at + 1] = horizontal_sum(sum);
+  }
+}
+
+// Quantizes n_tokens rows of `cols` activations into `x`, whose buffers only
+// grow (a decode step runs hundreds of products).
+void quantize_tokens(const float* in, int64_t n_tokens, int64_t cols, QuantizedTokens& x) {
+  x.n_tokens = n_tokens;
+  x.n_blocks = cols / kBlock;
+  const size_t entries = size_t(n_tokens * x.n_blocks);
+  for (auto* buffer : {&x.values, &x.residuals})
+    if (buffer->size() < entries * kBlock) buffer->resize(entries * kBlock);
+  x.scale_sums.assign(2 * entries + 8, 0.0f);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int64_t first = t / kTokensPerGroup * kTokensPerGroup;
+    const int64_t at = x.entry(first, 0, t - first);
+    quantize_activations(in + t * cols, x.n_blocks, x.group_size(first), x.values.data() + at * kBlock,
+                         x.residuals.data() + at * kBlock, x.scale_sums.data() + 2 * at);
   }
 }
 
@@ -112,53 +155,6 @@ inline BlockWords add_high_bits(BlockWords nibbles, const uint8_t* packed_bits) 
   return {_mm256_or_si256(nibbles.low, sixteens(bits & 0xffff)), _mm256_or_si256(nibbles.high, sixteens(bits >> 16))};
 }
 
-// Partial sums of one row's dot product. A row has few blocks (18 at
-// d_model 576), so with one accumulator the FMA latency set the pace; even
-// and odd blocks get their own chains. `offsets` lane 1 sums the blocks'
-// zero-point or minimum terms (lane 0 is unused).
-struct RowSums {
-  __m256 values[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  __m128 offsets[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
-
-  float total() const {
-    const __m128 offset = _mm_add_ps(offsets[0], offsets[1]);
-    return horizontal_sum(_mm256_add_ps(values[0], values[1])) + _mm_cvtss_f32(_mm_movehdup_ps(offset));
-  }
-};
-
-// Adds sum_j q[j] * x[j] over one block of 32 small integers q and
-// activation block b to chain `lane`. `factors` holds
-// the block's weight scale d and its offset factor (the minimum m, or the
-// zero point times d): lane 1 of factors * (scale, sum) is the offset term.
-inline void block_dot(BlockWords q, const QuantizedActivations& x, int64_t b, __m128 factors, RowSums& sums,
-                      int lane) {
-  auto products = [&](const int16_t* v) {
-    const __m256i v_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v));
-    const __m256i v_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 16));
-    return _mm256_cvtepi32_ps(
-        _mm256_add_epi32(_mm256_madd_epi16(q.low, v_low), _mm256_madd_epi16(q.high, v_high)));
-  };
-  const __m128 scale_sum =
-      _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.scale_sums + 2 * b)));
-  const __m128 scaled = _mm_mul_ps(factors, scale_sum);  // (d * scale, offset factor * sum)
-  sums.offsets[lane] = _mm_add_ps(sums.offsets[lane], scaled);
-  const __m256 block = _mm256_fmadd_ps(products(x.residuals + b * kBlock), _mm256_set1_ps(1.0f / 32768.0f),
-                                       products(x.values + b * kBlock));
-  sums.values[lane] = _mm256_fmadd_ps(block, _mm256_broadcastss_ps(scaled), sums.values[lane]);
-}
-
-// Runs block(b, lane) over a row's blocks, alternating the two chains;
-// unrolled so that each chain stays in registers.
-template <typename Block>
-inline void for_each_block(int64_t n_blocks, Block&& block) {
-  int64_t b = 0;
-  for (; b + 1 < n_blocks; b += 2) {
-    block(b, 0);
-    block(b + 1, 1);
-  }
-  if (b < n_blocks) block(b, 0);
-}
-
 // Block factors (d, m) from a block that starts with fp16 d and m.
 inline __m128 scale_and_min_at(const uint8_t* p) {
   uint32_t bits;
@@ -174,66 +170,95 @@ inline __m128 scale_at(const uint8_t* p, float zero_point) {
   return _mm_setr_ps(d, zero_point * d, 0.0f, 0.0f);
 }
 
-// Layouts (ggml): Q4_0 {d, qs[16]}, Q4_1 {d, m, qs[16]}, Q5_0 {d, qh[4], qs[16]},
-// Q5_1 {d, m, qh[4], qs[16]}, Q8_0 {d, qs[32]}; d and m fp16.
-float dot_q4_0(const uint8_t* row, const QuantizedActivations& x, int64_t n_blocks) {
-  RowSums sums;
-  for_each_block(n_blocks, [&](int64_t b, int lane) {
-    const uint8_t* block = row + b * 18;
-    block_dot(unpack_nibbles(block + 2), x, b, scale_at(block, -8.0f), sums, lane);
-  });
-  return sums.total();
-}
+// The legacy block formats (ggml layouts, d and m fp16): each gives its
+// block size, a block's 32 integers as words and its factors: the weight
+// scale d and the factor of the offset term (the minimum m, or the zero
+// point times d).
+struct Q4_0 {  // {d, qs[16]}
+  static constexpr int kBytes = 18;
+  static BlockWords words(const uint8_t* block) { return unpack_nibbles(block + 2); }
+  static __m128 factors(const uint8_t* block) { return scale_at(block, -8.0f); }
+};
 
-float dot_q4_1(const uint8_t* row, const QuantizedActivations& x, int64_t n_blocks) {
-  RowSums sums;
-  for_each_block(n_blocks, [&](int64_t b, int lane) {
-    const uint8_t* block = row + b * 20;
-    block_dot(unpack_nibbles(block + 4), x, b, scale_and_min_at(block), sums, lane);
-  });
-  return sums.total();
-}
+struct Q4_1 {  // {d, m, qs[16]}
+  static constexpr int kBytes = 20;
+  static BlockWords words(const uint8_t* block) { return unpack_nibbles(block + 4); }
+  static __m128 factors(const uint8_t* block) { return scale_and_min_at(block); }
+};
 
-float dot_q5_0(const uint8_t* row, const QuantizedActivations& x, int64_t n_blocks) {
-  RowSums sums;
-  for_each_block(n_blocks, [&](int64_t b, int lane) {
-    const uint8_t* block = row + b * 22;
-    const BlockWords q = add_high_bits(unpack_nibbles(block + 6), block + 2);
-    block_dot(q, x, b, scale_at(block, -16.0f), sums, lane);
-  });
-  return sums.total();
-}
+struct Q5_0 {  // {d, qh[4], qs[16]}
+  static constexpr int kBytes = 22;
+  static BlockWords words(const uint8_t* block) { return add_high_bits(unpack_nibbles(block + 6), block + 2); }
+  static __m128 factors(const uint8_t* block) { return scale_at(block, -16.0f); }
+};
 
-float dot_q5_1(const uint8_t* row, const QuantizedActivations& x, int64_t n_blocks) {
-  RowSums sums;
-  for_each_block(n_blocks, [&](int64_t b, int lane) {
-    const uint8_t* block = row + b * 24;
-    const BlockWords q = add_high_bits(unpack_nibbles(block + 8), block + 4);
-    block_dot(q, x, b, scale_and_min_at(block), sums, lane);
-  });
-  return sums.total();
-}
+struct Q5_1 {  // {d, m, qh[4], qs[16]}
+  static constexpr int kBytes = 24;
+  static BlockWords words(const uint8_t* block) { return add_high_bits(unpack_nibbles(block + 8), block + 4); }
+  static __m128 factors(const uint8_t* block) { return scale_and_min_at(block); }
+};
 
-float dot_q8_0(const uint8_t* row, const QuantizedActivations& x, int64_t n_blocks) {
-  RowSums sums;
-  for_each_block(n_blocks, [&](int64_t b, int lane) {
-    const uint8_t* block = row + b * 34;
-    block_dot(widen_bytes(block + 2), x, b, scale_at(block, 0.0f), sums, lane);
-  });
-  return sums.total();
-}
+struct Q8_0 {  // {d, qs[32]}: no offset, but its (zero) term keeps one code path
+  static constexpr int kBytes = 34;
+  static BlockWords words(const uint8_t* block) { return widen_bytes(block + 2); }
+  static __m128 factors(const uint8_t* block) { return scale_at(block, 0.0f); }
+};
 
-using BlockDot = float (*)(const uint8_t*, const QuantizedActivations&, int64_t);
-
-BlockDot block_dot_for(TensorType type) {
-  switch (type) {
-    case TensorType::Q4_0: return dot_q4_0;
-    case TensorType::Q4_1: return dot_q4_1;
-    case TensorType::Q5_0: return dot_q5_0;
-    case TensorType::Q5_1: return dot_q5_1;
-    case TensorType::Q8_0: return dot_q8_0;
-    default: return nullptr;
+// Adds a block of a row to the chains of kTokens tokens (entries from `at`):
+// products[i] gets token i's sum over the block times d times its
+// activation scale, `offsets` (lane 2i + 1 for token i) the offset factor
+// times its exact block sum. The block is unpacked once for all of them.
+template <typename Format, int kTokens>
+[[gnu::always_inline]] inline void add_block(const uint8_t* block, const QuantizedTokens& x, int64_t at,
+                                             __m256 (&products)[kTokens], __m256& offsets) {
+  const BlockWords q = Format::words(block);
+  const __m128 factors = Format::factors(block);
+  const __m256 d = _mm256_broadcastss_ps(factors);
+  // (d * scale, offset factor * sum) for each token (lanes past kTokens
+  // hold the next entries' or zeros: unused).
+  const float* pairs = &x.scale_sums[size_t(2 * at)];
+  const __m256 scaled =
+      _mm256_mul_ps(_mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(factors))), _mm256_loadu_ps(pairs));
+  offsets = _mm256_add_ps(offsets, scaled);
+  const int16_t* values = &x.values[size_t(at * kBlock)];
+  const int16_t* residuals = &x.residuals[size_t(at * kBlock)];
+  for (int i = 0; i < kTokens; ++i) {
+    auto sum_of = [&](const int16_t* v) {
+      const __m256i v_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i * kBlock));
+      const __m256i v_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i * kBlock + 16));
+      return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(q.low, v_low), _mm256_madd_epi16(q.high, v_high)));
+    };
+    const __m256 sum = _mm256_fmadd_ps(sum_of(residuals), _mm256_set1_ps(1.0f / 32768.0f), sum_of(values));
+    // Token 0's d * scale is lane 0 of `scaled`; the others' are formed again
+    // (the same product), cheaper than moving lanes.
+    const __m256 scale = i == 0 ? _mm256_broadcastss_ps(_mm256_castps256_ps128(scaled))
+                                : _mm256_mul_ps(d, _mm256_broadcast_ss(pairs + 2 * i));
+    products[i] = _mm256_fmadd_ps(sum, scale, products[i]);
   }
+}
+
+// out[i * out_stride] = row . token (first + i) for i < kTokens (at most 4:
+// their scale and sum pairs fill one vector). Even and odd blocks go to
+// separate chains: a row has few blocks (18 at d_model 576), so with one
+// chain the FMA latency set the pace of a lone token. Every token goes
+// through the same operations in the same order as it would alone.
+template <typename Format, int kTokens>
+void row_dots(const uint8_t* row, const QuantizedTokens& x, int64_t first, float* out, int64_t out_stride) {
+  static_assert(kTokens >= 1 && kTokens <= 4);
+  __m256 even[kTokens], odd[kTokens];
+  for (int i = 0; i < kTokens; ++i) even[i] = odd[i] = _mm256_setzero_ps();
+  __m256 even_offsets = _mm256_setzero_ps(), odd_offsets = _mm256_setzero_ps();
+  const int64_t n_blocks = x.n_blocks, at = x.entry(first, 0, 0);
+  int64_t b = 0;
+  for (; b + 1 < n_blocks; b += 2) {
+    add_block<Format, kTokens>(row + b * Format::kBytes, x, at + b * kTokens, even, even_offsets);
+    add_block<Format, kTokens>(row + (b + 1) * Format::kBytes, x, at + (b + 1) * kTokens, odd, odd_offsets);
+  }
+  if (b < n_blocks) add_block<Format, kTokens>(row + b * Format::kBytes, x, at + b * kTokens, even, even_offsets);
+  alignas(32) float offsets[8];
+  _mm256_store_ps(offsets, _mm256_add_ps(even_offsets, odd_offsets));
+  for (int i = 0; i < kTokens; ++i)
+    out[i * out_stride] = horizontal_sum(_mm256_add_ps(even[i], odd[i])) + offsets[2 * i + 1];
 }
 
 // Rows per work item of the matrix-vector path: enough to amortise
@@ -242,32 +267,39 @@ constexpr int64_t kRowsPerTask = 32;
 // How far ahead (in rows) the matrix-vector product prefetches weights.
 constexpr int64_t kPrefetchRows = 4;
 
-void matvec_blocks(const Weight& w, BlockDot dot, const float* in, int64_t n_tokens, float* out) {
-  const int64_t n_blocks = w.cols / kBlock;
-  std::vector<int16_t> values(size_t(n_tokens * w.cols)), residuals(values.size());
-  std::vector<float> scale_sums(size_t(n_tokens * n_blocks * 2));
-  for (int64_t t = 0; t < n_tokens; ++t)
-    quantize_activations(in + t * w.cols, n_blocks, values.data() + t * w.cols,
-                         residuals.data() + t * w.cols, scale_sums.data() + t * n_blocks * 2);
+template <typename Format>
+void matvec_blocks(const Weight& w, const float* in, int64_t n_tokens, float* out) {
+  // The caller's thread quantizes (reusing its buffers); the threads below share them.
+  static thread_local QuantizedTokens tokens;
+  const QuantizedTokens& x = tokens;
+  quantize_tokens(in, n_tokens, w.cols, tokens);
   const int64_t n_tasks = (w.rows + kRowsPerTask - 1) / kRowsPerTask;
 #pragma omp parallel for schedule(static)
   for (int64_t task = 0; task < n_tasks; ++task) {
-    const int64_t end = std::min(w.rows, (task + 1) * kRowsPerTask);
-    for (int64_t r = task * kRowsPerTask; r < end; ++r) {
-      // The hardware prefetcher alone leaves each row's first block waiting on memory.
-      if (r + kPrefetchRows < w.rows)
-        for (uint64_t byte = 0; byte < w.row_bytes; byte += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(w.row(r + kPrefetchRows) + byte), _MM_HINT_T0);
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        const QuantizedActivations x{values.data() + t * w.cols, residuals.data() + t * w.cols,
-                                     scale_sums.data() + t * n_blocks * 2};
-        out[t * w.rows + r] = dot(w.row(r), x, n_blocks);
+    const int64_t first_row = task * kRowsPerTask, end_row = std::min(w.rows, first_row + kRowsPerTask);
+    // Token groups outside, rows inside: a group's activations (up to 24 KiB
+    // at 1,536 columns) stay in L1 while the task's rows pass.
+    for (int64_t t = 0; t < n_tokens; t += kTokensPerGroup) {
+      for (int64_t r = first_row; r < end_row; ++r) {
+        // The hardware prefetcher alone leaves each row's first block waiting
+        // on memory (later groups find the task's rows in cache).
+        if (t == 0 && r + kPrefetchRows < w.rows)
+          for (uint64_t byte = 0; byte < w.row_bytes; byte += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(w.row(r + kPrefetchRows) + byte), _MM_HINT_T0);
+        float* at = out + t * w.rows + r;
+        switch (x.group_size(t)) {
+          case 4: row_dots<Format, 4>(w.row(r), x, t, at, w.rows); break;
+          case 3: row_dots<Format, 3>(w.row(r), x, t, at, w.rows); break;
+          case 2: row_dots<Format, 2>(w.row(r), x, t, at, w.rows); break;
+          default: row_dots<Format, 1>(w.row(r), x, t, at, w.rows); break;
+        }
       }
     }
   }
 }
 
-// Float weights and the K-quants: dequantize each row, then an fp32 dot.
+// Float weights and the K-quants: each row dequantized once, then an fp32
+// dot with every token.
 void matvec_float(const Weight& w, const float* in, int64_t n_tokens, float* out) {
   const int64_t n_tasks = (w.rows + kRowsPerTask - 1) / kRowsPerTask;
 #pragma omp parallel
@@ -324,10 +356,20 @@ void dequantize_weight_row(const Weight& w, int64_t r, float* out) {
     dequantize_row(w.type, w.row(r), out, w.cols);
 }
 
+void matmul_per_token(const Weight& w, const float* in, int64_t n_tokens, float* out) {
+  switch (w.type) {
+    case TensorType::Q4_0: return matvec_blocks<Q4_0>(w, in, n_tokens, out);
+    case TensorType::Q4_1: return matvec_blocks<Q4_1>(w, in, n_tokens, out);
+    case TensorType::Q5_0: return matvec_blocks<Q5_0>(w, in, n_tokens, out);
+    case TensorType::Q5_1: return matvec_blocks<Q5_1>(w, in, n_tokens, out);
+    case TensorType::Q8_0: return matvec_blocks<Q8_0>(w, in, n_tokens, out);
+    default: return matvec_float(w, in, n_tokens, out);
+  }
+}
+
 void matmul(const Weight& w, const float* in, int64_t n_tokens, float* out) {
   if (n_tokens >= kGemmMinTokens) return matmul_gemm(w, in, n_tokens, out);
-  if (BlockDot dot = block_dot_for(w.type)) return matvec_blocks(w, dot, in, n_tokens, out);
-  matvec_float(w, in, n_tokens, out);
+  matmul_per_token(w, in, n_tokens, out);
 }
 
 }  // namespace kascade::ops

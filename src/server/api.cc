@@ -217,6 +217,8 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiDefa
   for (const std::string& s_i : r.generate.stop_strings)
     if (s_i.empty()) bad("stop", "'stop' strings must not be empty");
 
+  r.generate.ignore_eos = boolean(doc, "ignore_eos").value_or(false);
+
   r.stream = boolean(doc, "stream").value_or(false);
   const json& stream_options = field(doc, "stream_options");
   if (!stream_options.is_null()) {

@@ -8,8 +8,9 @@
 // prompt (a string or one string in an array), max_tokens (chat also
 // max_completion_tokens), temperature [0, 2], top_p (0, 1], top_k >= 0,
 // min_p [0, 1], repeat_penalty / repetition_penalty > 0, seed, stop (a
-// string or up to 4), n = 1, stream, stream_options.include_usage, and the
-// extension "kascade": {"attention": NAME, "budget": P, "min_k": K,
+// string or up to 4), n = 1, stream, stream_options.include_usage,
+// ignore_eos (as vLLM's and llama.cpp's servers: generate to max_tokens
+// through end-of-generation tokens), and the extension "kascade": {"attention": NAME, "budget": P, "min_k": K,
 // "sparse_phases": "both"|"decode"|"prefill", "reuse": BOOL}. Other OpenAI fields are
 // ignored, except those asking for what the server does not do (n > 1,
 // logprobs, echo, best_of > 1, tools, suffix), which are refused.

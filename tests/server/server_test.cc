@@ -36,7 +36,7 @@ TEST(ServerApi, ParsesAChatRequest) {
       {"role": "system", "content": "Be brief."},
       {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]}],
       "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 20, "seed": 42, "stop": ["\n", "END"],
-      "stream": true, "stream_options": {"include_usage": true}, "user": "ignored", "n": 1})");
+      "stream": true, "stream_options": {"include_usage": true}, "user": "ignored", "n": 1, "ignore_eos": true})");
   ASSERT_EQ(r.messages.size(), 2u);
   EXPECT_EQ(r.messages[0].role, "system");
   EXPECT_EQ(r.messages[1].content, "Hi there");
@@ -48,7 +48,10 @@ TEST(ServerApi, ParsesAChatRequest) {
   EXPECT_EQ(r.generate.stop_strings, (std::vector<std::string>{"\n", "END"}));
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
+  EXPECT_TRUE(r.generate.ignore_eos);
   EXPECT_EQ(r.attention.name, "dense");
+  EXPECT_TRUE(completion(R"({"prompt": "x", "ignore_eos": true})").generate.ignore_eos);
+  EXPECT_FALSE(completion(R"({"prompt": "x", "ignore_eos": false})").generate.ignore_eos);
 }
 
 TEST(ServerApi, DefaultsAreOpenAIs) {
@@ -60,6 +63,7 @@ TEST(ServerApi, DefaultsAreOpenAIs) {
   EXPECT_EQ(r.generate.sampling.top_k, 0);
   EXPECT_FLOAT_EQ(r.generate.sampling.min_p, 0.0f);
   EXPECT_FALSE(r.stream);
+  EXPECT_FALSE(r.generate.ignore_eos);
   EXPECT_EQ(completion(R"({"prompt": ["One string"], "stop": "x", "max_tokens": 3.0})").prompt, "One string");
 }
 
@@ -132,6 +136,8 @@ TEST(ServerApi, BadInputIs400NamingTheParameter) {
       {Endpoint::Completion, R"({"prompt": "x", "stop": [""]})", "stop"},
       {Endpoint::Completion, R"({"prompt": "x", "n": 2})", "n"},
       {Endpoint::Completion, R"({"prompt": "x", "stream": "yes"})", "stream"},
+      {Endpoint::Completion, R"({"prompt": "x", "ignore_eos": "yes"})", "ignore_eos"},
+      {Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}], "ignore_eos": 1})", "ignore_eos"},
       {Endpoint::Completion, R"({"prompt": "x", "stream_options": 1})", "stream_options"},
       {Endpoint::Completion, R"({"prompt": "x", "logprobs": 3})", "logprobs"},
       {Endpoint::Completion, R"({"prompt": "x", "echo": true})", "echo"},

@@ -274,6 +274,20 @@ def test_stop_strings(server):
     assert streamed == text
 
 
+def test_ignore_eos_runs_to_max_tokens(server):
+    client = server.client()
+    messages = [{"role": "user", "content": "Say just the word yes."}]
+    short = client.chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=24, temperature=0)
+    assert short.choices[0].finish_reason == "stop" and short.usage.completion_tokens < 24
+    full = client.chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=24, temperature=0,
+                                          extra_body={"ignore_eos": True})
+    assert full.choices[0].finish_reason == "length" and full.usage.completion_tokens == 24
+    assert full.choices[0].message.content.startswith(short.choices[0].message.content)
+    completion = client.completions.create(model=MODEL_ID, prompt="The end.", max_tokens=30, temperature=0,
+                                           extra_body={"ignore_eos": True})
+    assert completion.usage.completion_tokens == 30
+
+
 def test_seeded_sampling_is_reproducible(server):
     client = server.client()
     kwargs = dict(model=MODEL_ID, prompt="My favourite animal is", max_tokens=12, temperature=0.9, top_p=0.95,
@@ -305,6 +319,7 @@ def error_of(server, path, body, headers=None):
     ({"messages": [{"role": "user", "content": "x"}], "temperature": [1]}, "temperature"),
     ({"messages": [{"role": "user", "content": "x"}], "model": "gpt-4"}, "model"),
     ({"messages": [{"role": "user", "content": "x"}], "n": 3}, "n"),
+    ({"messages": [{"role": "user", "content": "x"}], "ignore_eos": "yes"}, "ignore_eos"),
     ({"messages": [{"role": "user", "content": "x"}], "kascade": {"attention": "nope"}}, "kascade.attention"),
     ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 5000}, "max_tokens"),
     ({"messages": [{"role": "user", "content": "word " * 1500}]}, "messages"),
