@@ -327,6 +327,25 @@ TEST_F(CliErrors, BadGenerateFlags) {
   }
 }
 
+// serve's flags, in a build with or without the HTTP server (the options'
+// targets must outlive the parse either way).
+TEST_F(CliErrors, BadServeFlags) {
+  const struct {
+    std::vector<std::string> flags;
+    std::vector<std::string> fragments;
+  } cases[] = {
+      {{"--bogus"}, {"--bogus"}},
+      {{"--ctx-size", "-1"}, {"--ctx-size", "must not be negative"}},
+      {{"--threads", "-1"}, {"--threads", "must not be negative, got -1"}},
+      {{"--budget", "lots"}, {"--budget", "lots"}},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args{"serve", "-m", kTinyQwen};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    expect_error(run(args), c.fragments);
+  }
+}
+
 TEST_F(CliErrors, BadPrompts) {
   const std::vector<std::string> tiny{"generate", "-m", kTinyQwen, "-n", "4"};
   const auto with = [&](std::initializer_list<std::string> more) {

@@ -75,7 +75,9 @@ TEST(SyntheticModel, TinyLoadsInEveryTypeWithTheRightDistribution) {
     EXPECT_NEAR(sum / n, 0.0, 0.02 * a) << type_traits(type).name;
     // Uniform on [-a, a] has variance a^2 / 3; 16 levels (Q4_K) a little more.
     EXPECT_NEAR(squares / n, a * a / 3, 0.1 * a * a) << type_traits(type).name;
-    if (type == TensorType::Q4_K) EXPECT_EQ(levels.size(), 16u);
+    if (type == TensorType::Q4_K) {
+      EXPECT_EQ(levels.size(), 16u);
+    }
     // It runs: a forward pass gives finite logits.
     Sequence seq = model.new_sequence(8, attention::KvType::F32, attention::make_dense(c.attention_shape()));
     std::vector<float> logits(size_t(c.vocab_size));

@@ -114,7 +114,11 @@ void register_serve(CLI::App& app) {
   cmd->add_flag("-q,--quiet", s.quiet, "No request log");
   cmd->callback([args] { run_serve(*args); });
 #else
-  cmd->callback([] { fail("this build has no HTTP server (cpp-httplib was not found when it was configured)"); });
+  // The options above write into *args, so the callback owns it here too.
+  cmd->callback([args] {
+    (void)args;
+    fail("this build has no HTTP server (cpp-httplib was not found when it was configured)");
+  });
 #endif
 }
 

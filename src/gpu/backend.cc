@@ -156,6 +156,11 @@ struct StepBuffers {
   }
 };
 
+// Kascade selecting keys during a prefill (else the prefill is dense attention).
+bool sparse_prefill(const attention::StrategyOptions& o) {
+  return o.name == "kascade" && o.sparse_phases != attention::SparsePhases::DecodeOnly;
+}
+
 // ---------------------------------------------------------------------------
 
 class CudaBackend;
@@ -201,8 +206,7 @@ class CudaBackend final : public engine::Backend {
                              const std::function<void(int64_t)>& progress, int64_t chunk_size) override;
   void decode(std::span<BackendSequence* const> sequences, std::span<const int32_t> tokens, float* logits) override;
   bool dense_prefill(const BackendSequence& sequence) const override {
-    const auto& s = static_cast<const CudaSequence&>(sequence);
-    return s.options_.name == "dense" || s.options_.sparse_phases == attention::SparsePhases::DecodeOnly;
+    return !sparse_prefill(static_cast<const CudaSequence&>(sequence).options_);
   }
   void copy_prefix(BackendSequence& to, const BackendSequence& from) override;
 
@@ -504,10 +508,6 @@ void CudaBackend::attend(StepBuffers& b, int layer, const CudaSequence& plan, bo
   }
 }
 
-bool sparse_prefill(const attention::StrategyOptions& o) {
-  return o.name == "kascade" && o.sparse_phases != attention::SparsePhases::DecodeOnly;
-}
-
 // Kascade's sparse prefill selects per tile, so its chunks start on tiles;
 // chunks on multiples of the kernels' exact multiple as well give the
 // one-pass results bit for bit (kascade_cuda.h), which is preferred where
@@ -567,7 +567,7 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
   const int64_t kv_elements = int64_t(c.n_kv_heads) * end * c.head_dim;
   uint16_t* contiguous_keys = prefill_.contiguous_keys.get(kv_elements, "prefill keys");
   uint16_t* contiguous_values = prefill_.contiguous_values.get(kv_elements, "prefill values");
-  if (seq.schedule_) {
+  if (sparse_prefill(seq.options_)) {
     prefill_layout_ = kc::prefill_index_layout(int(end), int(seq.options_.tile),
                                                {seq.options_.budget_percent, seq.options_.min_k}, int(start));
     int64_t* offsets = prefill_.tile_offsets.get(int64_t(prefill_layout_.offsets.size()), "Kascade tile offsets");
