@@ -14,7 +14,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,10 +25,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <limits>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -42,8 +39,8 @@
 #include "tokenizer/tokenizer.h"
 
 #include "gguf_builder.h"
+#include "run_kascade.h"
 
-extern char** environ;
 
 namespace kascade {
 namespace {
@@ -61,28 +58,14 @@ constexpr int kFlagRejected = 100;
 // Far above any row's time, also under the sanitizers; a row past it hangs.
 constexpr auto kTimeLimit = std::chrono::seconds(60);
 
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_bytes(const fs::path& path, std::string_view bytes) {
-  fs::create_directories(path.parent_path());
-  std::ofstream(path, std::ios::binary) << bytes;
-}
-
 // ---------------------------------------------------------------------------
 // Running the binary.
 
-enum class Input { kNull, kText, kZero, kClosed };
-enum class Output { kFile, kFull, kClosed, kBrokenPipe };
-
-struct Outcome {
-  bool exited = false;  // by exit, not by a signal
-  int status = 0;       // exit status, or the signal
-  bool timed_out = false;
-  std::string out, err;
-};
+using test_cli::Input;
+using test_cli::Outcome;
+using test_cli::Output;
+using test_cli::read_bytes;
+using test_cli::write_bytes;
 
 struct Row {
   std::string name;
@@ -109,74 +92,16 @@ std::string substitute(std::string text, const fs::path& dir) {
 }
 
 Outcome run_row(const Row& row, const fs::path& dir) {
-  std::vector<std::string> args{KASCADE_BINARY};
+  std::vector<std::string> args;
   for (const std::string& arg : row.args) args.push_back(substitute(arg, dir));
-  std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  const std::string out_path = (dir / "stdout.txt").string(), err_path = (dir / "stderr.txt").string();
-  const std::string in_path = (dir / "stdin.txt").string();
-  if (row.input == Input::kText) write_bytes(in_path, row.stdin_text);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  switch (row.input) {
-    case Input::kNull: posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0); break;
-    case Input::kText: posix_spawn_file_actions_addopen(&actions, 0, in_path.c_str(), O_RDONLY, 0); break;
-    case Input::kZero: posix_spawn_file_actions_addopen(&actions, 0, "/dev/zero", O_RDONLY, 0); break;
-    case Input::kClosed: posix_spawn_file_actions_addclose(&actions, 0); break;
-  }
-  int pipe_fds[2] = {-1, -1};
-  switch (row.output) {
-    case Output::kFile:
-      posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      break;
-    case Output::kFull: posix_spawn_file_actions_addopen(&actions, 1, "/dev/full", O_WRONLY, 0); break;
-    case Output::kClosed: posix_spawn_file_actions_addclose(&actions, 1); break;
-    case Output::kBrokenPipe:
-      // A pipe whose reader is gone before the first write, like `kascade ... | head -c 0`.
-      if (pipe(pipe_fds) != 0) ADD_FAILURE() << "pipe: " << std::strerror(errno);
-      close(pipe_fds[0]);
-      posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 1);
-      posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
-      break;
-  }
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  // Signals at their defaults, as a shell starts a program.
-  posix_spawnattr_t attributes;
-  posix_spawnattr_init(&attributes);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);
-  posix_spawnattr_setsigdefault(&attributes, &defaults);
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF);
-
-  Outcome outcome;
-  pid_t pid = 0;
-  const int spawn_error = posix_spawn(&pid, KASCADE_BINARY, &actions, &attributes, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attributes);
-  if (pipe_fds[1] >= 0) close(pipe_fds[1]);
-  if (spawn_error != 0) {
-    ADD_FAILURE() << "cannot run " << KASCADE_BINARY << ": " << std::strerror(spawn_error);
-    return outcome;
-  }
-  int status = 0;
-  const auto deadline = std::chrono::steady_clock::now() + kTimeLimit;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      outcome.timed_out = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  outcome.exited = WIFEXITED(status);
-  outcome.status = outcome.exited ? WEXITSTATUS(status) : WTERMSIG(status);
-  if (row.output == Output::kFile) outcome.out = read_bytes(out_path);
-  outcome.err = read_bytes(err_path);
-  return outcome;
+  const fs::path in_path = dir / "stdin.txt";
+  if (row.input == Input::kFile) write_bytes(in_path, row.stdin_text);
+  return test_cli::run_kascade({.args = args,
+                                .dir = dir,
+                                .input = row.input,
+                                .input_file = in_path,
+                                .output = row.output,
+                                .time_limit = kTimeLimit});
 }
 
 // ---------------------------------------------------------------------------

@@ -7,11 +7,6 @@
 // CliErrorsOnModel (CTest label `model`), the default model.
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,11 +14,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <random>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -34,8 +27,8 @@
 #include "model/fingerprint.h"
 
 #include "gguf_builder.h"
+#include "run_kascade.h"
 
-extern char** environ;
 
 namespace kascade {
 namespace {
@@ -43,6 +36,9 @@ namespace {
 namespace fs = std::filesystem;
 using namespace test_gguf;
 using json = nlohmann::json;
+using test_cli::Outcome;
+using test_cli::read_bytes;
+using test_cli::write_bytes;
 
 const std::string kTinyModels = std::string(KASCADE_SOURCE_DIR) + "/tests/data/tiny_models/";
 // Both: 2 layers, 4 query heads, 2 KV heads, head dim 16, context 256.
@@ -52,84 +48,17 @@ const std::string kShippedProfile = std::string(KASCADE_SOURCE_DIR) + "/profiles
 // Far above any case's time in a sanitizer build; a run past it is killed and fails.
 constexpr auto kTimeLimit = std::chrono::seconds(120);
 
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_bytes(const fs::path& path, std::string_view bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
-
 void write_bytes(const fs::path& path, const std::vector<uint8_t>& bytes) {
   write_bytes(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
-
-// What one run of the binary did.
-struct Outcome {
-  std::string command;  // for failure messages
-  bool exited = false;  // returned from main or called exit, rather than killed by a signal
-  int status = 0;       // the exit status, or the signal
-  std::string out, err;
-};
 
 // Runs `kascade args...` with stdin from /dev/null; `env` entries ("NAME=value")
 // replace or add to this process's environment, and a bare "NAME" removes it.
 Outcome run_kascade(const fs::path& dir, const std::vector<std::string>& args,
                     const std::vector<std::string>& env = {}) {
-  Outcome outcome;
-  outcome.command = "kascade";
-  for (const std::string& arg : args) outcome.command += " '" + arg + "'";
-  const std::string out_path = dir / "stdout.txt", err_path = dir / "stderr.txt";
-
-  std::vector<std::string> arg_strings{KASCADE_BINARY};
-  arg_strings.insert(arg_strings.end(), args.begin(), args.end());
-  std::vector<std::string> env_strings;
-  std::copy_if(env.begin(), env.end(), std::back_inserter(env_strings),
-               [](const std::string& e) { return e.find('=') != std::string::npos; });
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    const std::string_view text(*entry);
-    const std::string_view name = text.substr(0, text.find('='));
-    const bool replaced = std::any_of(env.begin(), env.end(), [&](const std::string& e) {
-      return std::string_view(e).substr(0, e.find('=')) == name;
-    });
-    if (!replaced) env_strings.emplace_back(text);
-  }
-  std::vector<char*> argv, envp;
-  for (std::string& s : arg_strings) argv.push_back(s.data());
-  for (std::string& s : env_strings) envp.push_back(s.data());
-  argv.push_back(nullptr);
-  envp.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  const int spawn_error = posix_spawn(&pid, KASCADE_BINARY, &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (spawn_error != 0) {
-    ADD_FAILURE() << "cannot run " << KASCADE_BINARY << ": " << std::strerror(spawn_error);
-    return outcome;
-  }
-
-  int status = 0;
-  const auto deadline = std::chrono::steady_clock::now() + kTimeLimit;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      ADD_FAILURE() << outcome.command << ": still running after " << kTimeLimit.count() << " s";
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  outcome.exited = WIFEXITED(status);
-  outcome.status = outcome.exited ? WEXITSTATUS(status) : WTERMSIG(status);
-  outcome.out = read_bytes(out_path);
-  outcome.err = read_bytes(err_path);
-  return outcome;
+  const Outcome o = test_cli::run_kascade({.args = args, .dir = dir, .env = env, .time_limit = kTimeLimit});
+  if (o.timed_out) ADD_FAILURE() << o.command << ": still running after " << kTimeLimit.count() << " s";
+  return o;
 }
 
 // One line on stderr, "kascade: ..." with every fragment in it, nothing on
