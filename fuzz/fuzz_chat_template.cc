@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "core/error.h"
-#include "gguf/writer.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/unicode.h"
+
+#include "tiny_vocabulary.h"
 
 namespace {
 
@@ -32,76 +32,27 @@ const std::vector<std::string> kControls = {"<|im_start|>",        "<|im_end|>",
                                             "<|start_header_id|>", "<|end_header_id|>",   "<|eot_id|>",
                                             "<start_of_turn>",     "<end_of_turn>",       "<bos>"};
 
-std::string spell(std::string_view bytes) {
-  std::string text;
-  for (char byte : bytes) append_utf8(text, byte_to_code_point(static_cast<uint8_t>(byte)));
-  return text;
-}
-
 Tokenizer byte_level() {
-  std::vector<std::string> tokens;
-  std::vector<int32_t> types;
-  for (int b = 0; b < 256; ++b) {
-    tokens.push_back(spell(std::string(1, static_cast<char>(b))));
-    types.push_back(1);
-  }
-  std::vector<std::string> merges;
-  for (const char* pair : {"u s", "us e", "use r", "\n \n", "s y", "sy s"}) {
-    const std::string text(pair);
-    const size_t space = text.find(' ', 1);
-    const std::string left = text.substr(0, space), right = text.substr(space + 1);
-    merges.push_back(spell(left) + " " + spell(right));
-    tokens.push_back(spell(left + right));
-    types.push_back(1);
-  }
-  const uint32_t first_control = static_cast<uint32_t>(tokens.size());
-  for (const std::string& control : kControls) {
-    tokens.push_back(control);
-    types.push_back(3);
-  }
-  tokens.push_back("<think>");  // user-defined: matched in any text
-  types.push_back(4);
-  gguf::Writer image;
-  image.add_string("tokenizer.ggml.model", "gpt2");
-  image.add_string("tokenizer.ggml.pre", "llama-bpe");
-  image.add_strings("tokenizer.ggml.tokens", tokens);
-  image.add_int32s("tokenizer.ggml.token_type", types);
-  image.add_strings("tokenizer.ggml.merges", merges);
-  image.add_uint32("tokenizer.ggml.bos_token_id", first_control + 2);
-  image.add_uint32("tokenizer.ggml.eos_token_id", first_control + 1);
-  image.add_bool("tokenizer.ggml.add_bos_token", true);
-  return Tokenizer(image.parse("<byte-level vocabulary>"));
+  test_vocab::Vocabulary v("gpt2");
+  v.byte_tokens();
+  for (const auto& [left, right] :
+       {std::pair{"u", "s"}, {"us", "e"}, {"use", "r"}, {"\n", "\n"}, {"s", "y"}, {"sy", "s"}})
+    v.merge(left, right);
+  const uint32_t first_control = v.size();
+  v.tokens(kControls, test_vocab::kControl).token("<think>", test_vocab::kUserDefined);  // matched in any text
+  return v.id("bos", first_control + 2)
+      .id("eos", first_control + 1)
+      .flag("add_bos_token", true)
+      .build("<byte-level vocabulary>");
 }
 
 Tokenizer sentencepiece() {
-  std::vector<std::string> tokens{"<unk>"};
-  std::vector<int32_t> types{2};
-  for (const std::string& control : kControls) {
-    tokens.push_back(control);
-    types.push_back(3);
-  }
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    tokens.push_back(name);
-    types.push_back(6);
-  }
-  std::vector<float> scores(tokens.size(), 0.0f);
-  float score = -1;
-  for (const char* piece : {"\u2581", "u", "s", "e", "r", "us", "user", "\u2581user", "model", "\n"}) {
-    tokens.push_back(piece);
-    types.push_back(1);
-    scores.push_back(score--);
-  }
-  gguf::Writer image;
-  image.add_string("tokenizer.ggml.model", "llama");
-  image.add_strings("tokenizer.ggml.tokens", tokens);
-  image.add_int32s("tokenizer.ggml.token_type", types);
-  image.add_float32s("tokenizer.ggml.scores", scores);
-  image.add_uint32("tokenizer.ggml.unknown_token_id", 0);
-  image.add_uint32("tokenizer.ggml.bos_token_id", 9);  // <bos>
-  image.add_uint32("tokenizer.ggml.eos_token_id", 8);  // <end_of_turn>
-  return Tokenizer(image.parse("<sentencepiece vocabulary>"));
+  test_vocab::Vocabulary v("llama");
+  v.token("<unk>", test_vocab::kUnknown)
+      .tokens(kControls, test_vocab::kControl)
+      .byte_fallback()
+      .pieces({"\u2581", "u", "s", "e", "r", "us", "user", "\u2581user", "model", "\n"});
+  return v.id("unknown", 0).id("bos", 9).id("eos", 8).build("<sentencepiece vocabulary>");  // <bos>, <end_of_turn>
 }
 
 const std::vector<Tokenizer>& tokenizers() {

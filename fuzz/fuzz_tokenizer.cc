@@ -18,80 +18,40 @@
 
 #include "core/error.h"
 #include "gguf/gguf.h"
-#include "gguf/writer.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
+
+#include "tiny_vocabulary.h"
 
 namespace {
 
 using namespace kascade;
 using namespace kascade::tokenizer;
 
-std::string spell(std::string_view bytes) {
-  std::string text;
-  for (char byte : bytes) append_utf8(text, byte_to_code_point(static_cast<uint8_t>(byte)));
-  return text;
-}
+using test_vocab::spell;
 
 Tokenizer built_in_byte_level() {
-  std::vector<std::string> tokens;
-  std::vector<int32_t> types;
-  for (int b = 0; b < 256; ++b) {
-    tokens.push_back(spell(std::string(1, static_cast<char>(b))));
-    types.push_back(1);
-  }
-  std::vector<std::string> merges;
-  for (const char* pair : {"t h", "th e", "i n", "  t", "  a", "e r", "o n", "  the", "\xC3 \xA9", "1 2"}) {
-    const std::string text(pair);
-    const size_t space = text.find(' ', 1);
-    const std::string left = text.substr(0, space), right = text.substr(space + 1);
-    merges.push_back(spell(left) + " " + spell(right));
-    tokens.push_back(spell(left + right));
-    types.push_back(1);
-  }
-  for (const char* special : {"<|im_start|>", "<|im_end|>", "<|endoftext|>"}) {
-    tokens.push_back(special);
-    types.push_back(3);
-  }
-  tokens.push_back("<think>");
-  types.push_back(4);
-  gguf::Writer image;
-  image.add_string("tokenizer.ggml.model", "gpt2");
-  image.add_string("tokenizer.ggml.pre", "llama-bpe");
-  image.add_strings("tokenizer.ggml.tokens", tokens);
-  image.add_int32s("tokenizer.ggml.token_type", types);
-  image.add_strings("tokenizer.ggml.merges", merges);
-  image.add_uint32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(tokens.size() - 3));
-  return Tokenizer(image.parse("<built-in vocabulary>"));
+  test_vocab::Vocabulary v("gpt2");
+  v.byte_tokens();
+  for (const auto& [left, right] : {std::pair{"t", "h"}, {"th", "e"}, {"i", "n"}, {" ", "t"}, {" ", "a"}, {"e", "r"},
+                                    {"o", "n"}, {" ", "the"}, {"\xC3", "\xA9"}, {"1", "2"}})
+    v.merge(left, right);
+  const uint32_t first_special = v.size();
+  v.tokens({"<|im_start|>", "<|im_end|>", "<|endoftext|>"}, test_vocab::kControl)
+      .token("<think>", test_vocab::kUserDefined);
+  return v.id("eos", first_special + 1).build("<built-in vocabulary>");
 }
 
 Tokenizer built_in_sentencepiece() {
-  std::vector<std::string> tokens{"<unk>", "<s>", "</s>"};
-  std::vector<int32_t> types{2, 3, 3};
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    tokens.push_back(name);
-    types.push_back(6);
-  }
-  std::vector<float> scores(tokens.size(), 0.0f);
-  float score = -1;
-  for (const char* piece : {"\u2581", "\u2581t", "h", "e", "he", "\u2581the", "\u2581th", "t", "a", "\u2581a", "n",
-                            "an", "\u2581an", "é", "日本", "日", "本", "<sep>"}) {
-    tokens.push_back(piece);
-    types.push_back(std::string(piece) == "<sep>" ? 4 : 1);
-    scores.push_back(score--);
-  }
-  gguf::Writer image;
-  image.add_string("tokenizer.ggml.model", "llama");
-  image.add_strings("tokenizer.ggml.tokens", tokens);
-  image.add_int32s("tokenizer.ggml.token_type", types);
-  image.add_float32s("tokenizer.ggml.scores", scores);
-  image.add_uint32("tokenizer.ggml.unknown_token_id", 0);
-  image.add_uint32("tokenizer.ggml.bos_token_id", 1);
-  image.add_uint32("tokenizer.ggml.eos_token_id", 2);
-  return Tokenizer(image.parse("<built-in vocabulary>"));
+  test_vocab::Vocabulary v("llama");
+  v.token("<unk>", test_vocab::kUnknown)
+      .tokens({"<s>", "</s>"}, test_vocab::kControl)
+      .byte_fallback()
+      .pieces({"\u2581", "\u2581t", "h", "e", "he", "\u2581the", "\u2581th", "t", "a", "\u2581a", "n", "an", "\u2581an",
+               "é", "日本", "日", "本"})
+      .pieces({"<sep>"}, test_vocab::kUserDefined);
+  return v.id("unknown", 0).id("bos", 1).id("eos", 2).build("<built-in vocabulary>");
 }
 
 struct Subjects {

@@ -15,10 +15,10 @@
 #include "core/error.h"
 #include "core/model_cache.h"
 #include "gguf/gguf.h"
-#include "gguf/writer.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/unicode.h"
+
+#include "tiny_vocabulary.h"
 
 namespace kascade::tokenizer {
 namespace {
@@ -106,67 +106,32 @@ TEST(ChatTemplate, ErrorsSuggestRaw) {
 // A byte-level BPE vocabulary (every byte a token, a few merges) with the
 // given control tokens after the bytes; BOS is the first of them.
 Tokenizer byte_level_tokenizer(const std::vector<std::string>& controls, bool add_bos) {
-  const auto spell = [](std::string_view bytes) {
-    std::string text;
-    for (char byte : bytes) append_utf8(text, byte_to_code_point(static_cast<uint8_t>(byte)));
-    return text;
-  };
-  std::vector<std::string> tokens;
-  std::vector<int32_t> types;
-  for (int b = 0; b < 256; ++b) {
-    tokens.push_back(spell(std::string(1, char(b))));
-    types.push_back(1);
-  }
-  std::vector<std::string> merges;
-  for (const auto& [left, right] : {std::pair{"H", "i"}, {"s", "y"}, {"sy", "s"}, {"\n", "\n"}}) {
-    merges.push_back(spell(left) + " " + spell(right));
-    tokens.push_back(spell(std::string(left) + right));
-    types.push_back(1);
-  }
-  const uint32_t first_control = uint32_t(tokens.size());
-  for (const std::string& control : controls) {
-    tokens.push_back(control);
-    types.push_back(3);
-  }
-  gguf::Writer image;
-  image.add_string("tokenizer.ggml.model", "gpt2");
-  image.add_string("tokenizer.ggml.pre", "llama-bpe");
-  image.add_strings("tokenizer.ggml.tokens", tokens);
-  image.add_int32s("tokenizer.ggml.token_type", types);
-  image.add_strings("tokenizer.ggml.merges", merges);
-  image.add_uint32("tokenizer.ggml.bos_token_id", first_control);
-  image.add_uint32("tokenizer.ggml.eos_token_id", first_control + 1);
-  image.add_bool("tokenizer.ggml.add_bos_token", add_bos);
-  return Tokenizer(image.parse("<byte-level vocabulary>"));
+  test_vocab::Vocabulary v("gpt2");
+  v.byte_tokens();
+  for (const auto& [left, right] : {std::pair{"H", "i"}, {"s", "y"}, {"sy", "s"}, {"\n", "\n"}}) v.merge(left, right);
+  const uint32_t first_control = v.size();
+  v.tokens(controls, test_vocab::kControl);
+  return v.id("bos", first_control)
+      .id("eos", first_control + 1)
+      .flag("add_bos_token", add_bos)
+      .build("<byte-level vocabulary>");
 }
 
 // A SentencePiece vocabulary with byte fallback, Gemma's control tokens and
 // Gemma's settings (BOS added, no space prefix).
 Tokenizer gemma_like_tokenizer() {
-  std::vector<std::string> tokens{"<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"};
-  std::vector<int32_t> types{3, 3, 3, 2, 3, 3};
-  for (int b = 0; b < 256; ++b) {
-    tokens.push_back(fmt::format("<0x{:02X}>", b));
-    types.push_back(6);
-  }
-  std::vector<float> scores(tokens.size(), 0.0f);
-  float score = -1;
-  for (const char* piece : {"\u2581", "H", "i", "Hi", "s", "y", "sys", "\n", "user", "model", "\u2581obey"}) {
-    tokens.push_back(piece);
-    types.push_back(1);
-    scores.push_back(score--);
-  }
-  gguf::Writer image;
-  image.add_string("tokenizer.ggml.model", "llama");
-  image.add_strings("tokenizer.ggml.tokens", tokens);
-  image.add_int32s("tokenizer.ggml.token_type", types);
-  image.add_float32s("tokenizer.ggml.scores", scores);
-  image.add_uint32("tokenizer.ggml.bos_token_id", 2);
-  image.add_uint32("tokenizer.ggml.eos_token_id", 1);
-  image.add_uint32("tokenizer.ggml.unknown_token_id", 3);
-  image.add_bool("tokenizer.ggml.add_bos_token", true);
-  image.add_bool("tokenizer.ggml.add_space_prefix", false);
-  return Tokenizer(image.parse("<sentencepiece vocabulary>"));
+  test_vocab::Vocabulary v("llama");
+  v.tokens({"<pad>", "<eos>", "<bos>"}, test_vocab::kControl)
+      .token("<unk>", test_vocab::kUnknown)
+      .tokens({"<start_of_turn>", "<end_of_turn>"}, test_vocab::kControl)
+      .byte_fallback()
+      .pieces({"\u2581", "H", "i", "Hi", "s", "y", "sys", "\n", "user", "model", "\u2581obey"});
+  return v.id("bos", 2)
+      .id("eos", 1)
+      .id("unknown", 3)
+      .flag("add_bos_token", true)
+      .flag("add_space_prefix", false)
+      .build("<sentencepiece vocabulary>");
 }
 
 // The control tokens among `ids`, in order.

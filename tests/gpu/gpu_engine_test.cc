@@ -34,6 +34,8 @@
 #include "quant/types.h"
 #include "tokenizer/tokenizer.h"
 
+#include "../tiny_vocabulary.h"
+
 namespace kascade {
 namespace {
 
@@ -114,21 +116,9 @@ size_t expect_parity(const GreedyRun& gpu, const GreedyRun& cpu, double toleranc
 // A byte-level tokenizer to give synthetic models (no model file needed).
 const gguf::File& tokenizer_source() {
   static const gguf::File file = [] {
-    std::vector<std::string> tokens;
-    std::vector<int32_t> types;
-    for (int b = 0; b < 256; ++b) {
-      tokens.push_back(fmt::format("<0x{:02X}>", b));
-      types.push_back(6);
-    }
-    tokens.push_back("</s>");
-    types.push_back(3);
-    gguf::Writer writer;
-    writer.add_string("tokenizer.ggml.model", "llama")
-        .add_strings("tokenizer.ggml.tokens", tokens)
-        .add_int32s("tokenizer.ggml.token_type", types)
-        .add_float32s("tokenizer.ggml.scores", std::vector<float>(tokens.size(), 0.0f))
-        .add_uint32("tokenizer.ggml.eos_token_id", 256);
-    return writer.parse("<test tokenizer>");
+    test_vocab::Vocabulary vocabulary("llama");
+    vocabulary.byte_fallback().token("</s>", test_vocab::kControl).id("eos", 256);
+    return vocabulary.file("<test tokenizer>");
   }();
   return file;
 }
