@@ -221,13 +221,16 @@ TEST_F(CliErrors, PromptLongerThanTheContext) {
   EXPECT_TRUE(fits.exited && fits.status == 0) << fits.err;
 }
 
+// A bad flag and what its error line must say.
+struct FlagCase {
+  std::vector<std::string> flags;
+  std::vector<std::string> fragments;
+};
+
 // Each flag's bad value, on a tiny model with a prompt that would otherwise run
 // (-n 4: the default 256 new tokens would not fit the context).
 TEST_F(CliErrors, BadGenerateFlags) {
-  const struct {
-    std::vector<std::string> flags;
-    std::vector<std::string> fragments;
-  } cases[] = {
+  const FlagCase cases[] = {
       {{"--bogus"}, {"--bogus"}},
       {{"--budget", "0"}, {"budget 0%"}},
       {{"--budget", "150"}, {"budget 150%"}},
@@ -259,10 +262,7 @@ TEST_F(CliErrors, BadGenerateFlags) {
 // serve's flags, in a build with or without the HTTP server (the options'
 // targets must outlive the parse either way).
 TEST_F(CliErrors, BadServeFlags) {
-  const struct {
-    std::vector<std::string> flags;
-    std::vector<std::string> fragments;
-  } cases[] = {
+  const FlagCase cases[] = {
       {{"--bogus"}, {"--bogus"}},
       {{"--ctx-size", "-1"}, {"--ctx-size", "must not be negative"}},
       {{"--threads", "-1"}, {"--threads", "must not be negative, got -1"}},

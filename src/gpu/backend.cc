@@ -46,23 +46,6 @@ struct Layer {
   DeviceMemory attn_norm, ffn_norm, q_bias, k_bias, v_bias, q_norm, k_norm;
 };
 
-// Bytes of the parts on the device, stacked as upload_matrix stacks them.
-uint64_t stacked_bytes(std::initializer_list<const ops::Weight*> parts) {
-  int64_t rows = 0;
-  for (const ops::Weight* w : parts) rows += w->rows;
-  return device_bytes(device_format(parts), rows, (*parts.begin())->cols);
-}
-
-// The buffer a quantized matrix is dequantized into for cuBLAS: its largest
-// bf16 slice, capped (a bigger matrix goes through in slices of rows).
-size_t dequantize_buffer_bytes(std::initializer_list<const ops::Weight*> parts, size_t current) {
-  constexpr size_t kCap = size_t(128) << 20;
-  if (device_format(parts) == MatrixFormat::BF16) return current;
-  int64_t rows = 0;
-  for (const ops::Weight* w : parts) rows += w->rows;
-  return std::max(current, std::min(kCap, size_t(rows) * size_t((*parts.begin())->cols) * 2));
-}
-
 // ---------------------------------------------------------------------------
 // The paged KV cache: per layer a pool of pages [page][n_kv_heads][page_size][head_dim] fp16.
 
@@ -303,20 +286,30 @@ CudaBackend::CudaBackend(const std::string& path, const BackendOptions& options)
     fail("KV page size {} is not a power of two >= 16", options.page_size);
   const model::Weights weights = model::read_weights(file_, c);
 
-  // Everything must fit before anything is uploaded.
+  // Everything must fit before anything is uploaded: the stacks as the
+  // device keeps them, and for quantized ones the buffer cuBLAS reads their
+  // bf16 slices from (capped: a bigger matrix goes through in slices) and the
+  // width of the inputs gemv quantizes.
   const bool tied_output = weights.output.data == weights.token_embedding.data;
-  uint64_t weight_bytes = stacked_bytes({&weights.token_embedding});
-  size_t dequantize_bytes = dequantize_buffer_bytes({&weights.token_embedding}, 0);
-  if (!tied_output) {
-    weight_bytes += stacked_bytes({&weights.output});
-    dequantize_bytes = dequantize_buffer_bytes({&weights.output}, dequantize_bytes);
-  }
+  uint64_t weight_bytes = 0;
+  size_t dequantize_bytes = 0;
+  int64_t quantized_cols = 0;
+  const auto account = [&](std::initializer_list<const ops::Weight*> parts) {
+    const MatrixFormat format = device_format(parts);
+    const int64_t rows = stacked_rows(parts), cols = (*parts.begin())->cols;
+    weight_bytes += device_bytes(format, rows, cols);
+    if (format == MatrixFormat::BF16) return;
+    constexpr size_t kDequantizeCap = size_t(128) << 20;
+    dequantize_bytes = std::max(dequantize_bytes, std::min(kDequantizeCap, size_t(rows) * size_t(cols) * 2));
+    quantized_cols = std::max(quantized_cols, cols);
+  };
+  account({&weights.token_embedding});
+  if (!tied_output) account({&weights.output});
   for (const model::LayerWeights& w : weights.layers) {
-    weight_bytes += stacked_bytes({&w.q, &w.k, &w.v}) + stacked_bytes({&w.o}) + stacked_bytes({&w.gate, &w.up}) +
-                    stacked_bytes({&w.down});
-    for (const auto parts : {std::initializer_list<const ops::Weight*>{&w.q, &w.k, &w.v}, {&w.o}, {&w.gate, &w.up},
-                             {&w.down}})
-      dequantize_bytes = dequantize_buffer_bytes(parts, dequantize_bytes);
+    account({&w.q, &w.k, &w.v});
+    account({&w.o});
+    account({&w.gate, &w.up});
+    account({&w.down});
   }
   constexpr uint64_t kReserve = uint64_t(2) << 30;  // step buffers, cuBLAS, the CUDA context
   if (weight_bytes + dequantize_bytes + kReserve > device_.free_bytes)
@@ -325,8 +318,7 @@ CudaBackend::CudaBackend(const std::string& path, const BackendOptions& options)
   weight_bytes_ = weight_bytes;
 
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  const int64_t widest_input = std::max<int64_t>({c.d_model, c.ffn_dim, int64_t(c.n_heads) * c.head_dim});
-  blas_ = std::make_unique<Blas>(dequantize_bytes, dequantize_bytes > 0 ? widest_input : 0);
+  blas_ = std::make_unique<Blas>(dequantize_bytes, quantized_cols);
   embedding_ = upload_matrix({&weights.token_embedding}, "the token embedding");
   output_norm_ = upload(weights.output_norm, "the output norm");
   if (!tied_output) output_ = upload_matrix({&weights.output}, "the output matrix");

@@ -22,7 +22,7 @@ Blas::Blas(size_t dequantize_bytes, int64_t quantized_cols)
     : workspace_(kWorkspaceBytes, "the cuBLAS workspace"), quantized_cols_(quantized_cols) {
   if (dequantize_bytes > 0) dequantized_ = DeviceMemory(dequantize_bytes, "the dequantized-weights buffer");
   if (quantized_cols > 0)
-    quantized_input_ = DeviceMemory(size_t(4 * kGemvGroup * quantized_cols) * (1 + sizeof(float)),
+    quantized_input_ = DeviceMemory(size_t(kMaxQuantizedGemvRows * quantized_cols) * (1 + sizeof(float)),
                                     "the quantized-input buffer");
   check_blas(cublasCreate(&handle_), "cublasCreate");
   check_blas(cublasSetWorkspace(handle_, workspace_.data(), workspace_.bytes()), "cublasSetWorkspace");
@@ -41,7 +41,7 @@ void Blas::matmul(const Matrix& w, const uint16_t* x, int64_t n, float* out, flo
     if (w.format == MatrixFormat::BF16) return gemv(w, {.x = x, .half = half_input}, n, out, beta, stream);
     if (w.cols > quantized_cols_) fail("Blas::matmul: no buffer for {} quantized input columns", w.cols);
     auto* quants = quantized_input_.as<int8_t>();
-    auto* scales = reinterpret_cast<float*>(quants + 4 * kGemvGroup * quantized_cols_);
+    auto* scales = reinterpret_cast<float*>(quants + kMaxQuantizedGemvRows * quantized_cols_);
     quantize_rows(x, half_input, n, w.cols, quants, scales, stream);
     return gemv(w, {.quants = quants, .scales = scales}, n, out, beta, stream);
   }

@@ -11,6 +11,8 @@ namespace {
 constexpr int64_t kQ8_0Block = 32, kQ8_0BlockBytes = 34;
 constexpr int64_t kQ4_KBlock = 256, kQ4_KBlockBytes = 144;
 
+}  // namespace
+
 int64_t stacked_rows(std::initializer_list<const ops::Weight*> parts) {
   const int64_t cols = (*parts.begin())->cols;
   int64_t rows = 0;
@@ -20,8 +22,6 @@ int64_t stacked_rows(std::initializer_list<const ops::Weight*> parts) {
   }
   return rows;
 }
-
-}  // namespace
 
 MatrixFormat device_format(std::initializer_list<const ops::Weight*> parts) {
   const TensorType type = (*parts.begin())->type;

@@ -40,6 +40,8 @@ inline Matrix bf16_matrix(const uint16_t* data, int64_t rows, int64_t cols) {
 // The format the parts are kept in when stacked (rows of the first, then the
 // next, ...): Q8_0 or Q4_K when every part has that type, else BF16.
 MatrixFormat device_format(std::initializer_list<const ops::Weight*> parts);
+// Rows of the parts stacked; throws Error when their column counts differ.
+int64_t stacked_rows(std::initializer_list<const ops::Weight*> parts);
 uint64_t device_bytes(MatrixFormat format, int64_t rows, int64_t cols);
 // The parts stacked, in the device layout of `format`.
 std::vector<uint8_t> pack_rows(MatrixFormat format, std::initializer_list<const ops::Weight*> parts);
@@ -58,7 +60,10 @@ DeviceMatrix upload_matrix(std::initializer_list<const ops::Weight*> parts, cons
 // kGemvGroup rows, so a quantized one streams up to four groups before
 // dequantize-then-cuBLAS (gemm.h) costs less.
 inline constexpr int kGemvGroup = 8;
-inline int64_t max_gemv_rows(const Matrix& w) { return w.format == MatrixFormat::BF16 ? kGemvGroup : 4 * kGemvGroup; }
+inline constexpr int kMaxQuantizedGemvRows = 4 * kGemvGroup;
+inline int64_t max_gemv_rows(const Matrix& w) {
+  return w.format == MatrixFormat::BF16 ? kGemvGroup : kMaxQuantizedGemvRows;
+}
 
 // The input rows of gemv, [n][cols]: bf16 (or fp16 with half) for a BF16
 // matrix; for a quantized one, quantized by quantize_rows: per 32 values an
