@@ -57,6 +57,14 @@ std::vector<uint8_t> random_rows(TensorType type, int64_t rows, int64_t cols, st
   return data;
 }
 
+// Normal activations with a few outliers (40x), as real hidden states have.
+std::vector<float> random_activations(size_t count, std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  std::vector<float> values(count);
+  for (size_t i = 0; i < count; ++i) values[i] = normal(rng) * (i % 37 == 5 ? 40.0f : 1.0f);
+  return values;
+}
+
 using Product = void (*)(const Weight&, const float*, int64_t, float*);
 
 void check_type(TensorType type, int64_t n_tokens, Product product = matmul) {
@@ -64,9 +72,7 @@ void check_type(TensorType type, int64_t n_tokens, Product product = matmul) {
   std::mt19937 rng(unsigned(type) * 100 + unsigned(n_tokens));
   const std::vector<uint8_t> data = random_rows(type, kRows, kCols, rng);
   const Weight w{"w", type, data.data(), kRows, kCols, row_bytes(type, kCols)};
-  std::normal_distribution<float> normal;
-  std::vector<float> in(size_t(n_tokens * kCols));
-  for (size_t i = 0; i < in.size(); ++i) in[i] = normal(rng) * (i % 37 == 5 ? 40.0f : 1.0f);
+  const std::vector<float> in = random_activations(size_t(n_tokens * kCols), rng);
   std::vector<float> out(size_t(n_tokens * kRows));
   product(w, in.data(), n_tokens, out.data());
 
@@ -117,9 +123,7 @@ TEST_P(MatmulTypes, TokensTogetherEqualEachAlone) {
   std::mt19937 rng(unsigned(type) + 7);
   const std::vector<uint8_t> data = random_rows(type, rows, cols, rng);
   const Weight w{"w", type, data.data(), rows, cols, row_bytes(type, cols)};
-  std::normal_distribution<float> normal;
-  std::vector<float> in(size_t(max_tokens * cols));
-  for (size_t i = 0; i < in.size(); ++i) in[i] = normal(rng) * (i % 37 == 5 ? 40.0f : 1.0f);
+  const std::vector<float> in = random_activations(size_t(max_tokens * cols), rng);
 
   std::vector<float> alone(size_t(max_tokens * rows));
   for (int64_t t = 0; t < max_tokens; ++t) matmul(w, in.data() + t * cols, 1, alone.data() + t * rows);
