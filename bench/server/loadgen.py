@@ -17,7 +17,9 @@ chunks, p50/p99).
         --prompt-tokens 2048 --max-tokens 64 [--kascade kascade --budget 10] [--json out.json]
 
 Standard library only. With --kascade the request carries
-{"kascade": {"attention": ..., "budget": ...}} (kascade serve's extension);
+{"kascade": {"attention": ..., "budget": ...}} (kascade serve's extension; with
+--sparse-phases and --reuse also those fields: the paper's method is
+"--sparse-phases both --reuse");
 llama-server ignores the field. Requests carry "ignore_eos": true (both
 servers accept it), so every stream decodes --max-tokens tokens and no
 stream leaves a level's batch early; --no-ignore-eos stops at end tokens.
@@ -217,6 +219,10 @@ def main():
     parser.add_argument("--text", default=str(ROOT / "data" / "haystack" / "haystack.txt"))
     parser.add_argument("--kascade", default="", help="attention for kascade serve's per-request field")
     parser.add_argument("--budget", type=float, default=10)
+    parser.add_argument("--sparse-phases", choices=["both", "decode", "prefill"], default="",
+                        help="kascade.sparse_phases of each request (default: the server's)")
+    parser.add_argument("--reuse", action=argparse.BooleanOptionalAction, default=None,
+                        help="kascade.reuse of each request (default: the server's)")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured requests first")
     parser.add_argument("--label", default="")
     parser.add_argument("--wait", type=float, default=300, help="seconds to wait for GET /health to answer 200")
@@ -225,7 +231,13 @@ def main():
                         help="decode --max-tokens tokens past end tokens (default: yes)")
     args = parser.parse_args()
 
-    extra = {"kascade": {"attention": args.kascade, "budget": args.budget}} if args.kascade else {}
+    extra = {}
+    if args.kascade:
+        extra = {"kascade": {"attention": args.kascade, "budget": args.budget}}
+        if args.sparse_phases:
+            extra["kascade"]["sparse_phases"] = args.sparse_phases
+        if args.reuse is not None:
+            extra["kascade"]["reuse"] = args.reuse
     target = Target(args.url, args.model, args.api_key, extra, args.ignore_eos)
     target.wait_ready(args.wait)
     text = Path(args.text).read_text(errors="replace")
