@@ -35,21 +35,6 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
-// Bytes a decode step streams from the weight matrices (the embedding is
-// only gathered): the file's encoding on the CPU; on the GPU, Q8_0 and Q4_K
-// as stored and every other type as bf16 (gpu/matrix.h).
-uint64_t weight_bytes(const gguf::File& file, bool gpu) {
-  const auto bytes_of = [&](const gguf::TensorInfo& t) -> uint64_t {
-    const bool kept = !gpu || t.type == TensorType::Q8_0 || t.type == TensorType::Q4_K;
-    return kept ? t.n_bytes : t.n_elements * 2;
-  };
-  uint64_t bytes = 0;
-  for (const gguf::TensorInfo& t : file.tensors())
-    if (t.dims.size() == 2 && t.name != "token_embd.weight") bytes += bytes_of(t);
-  if (!file.find_tensor("output.weight")) bytes += bytes_of(file.tensor("token_embd.weight"));  // tied
-  return bytes;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -81,7 +66,7 @@ int main(int argc, char** argv) {
     fmt::print("{} on {}: {} layers, d_model {}, {}/{} heads of {}, FFN {}, vocab {}; loaded in {:.1f} s\n", c.name,
                backend->device_name(), c.n_layers, c.d_model, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim,
                c.vocab_size, load_clock.seconds());
-    const uint64_t weights = weight_bytes(backend->file(), backend->device_name() != "CPU");
+    const uint64_t weights = backend->decode_weight_bytes();
     const uint64_t kv_per_token = uint64_t(c.n_layers) * c.n_kv_heads * c.head_dim * 2 * 2;  // fp16 K + V
     fmt::print("weight matrices {:.2f} GB as streamed, KV {} KiB per token; floor = (weights + batch x context x KV) / "
                "{:.2g} B/s\n",

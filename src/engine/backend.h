@@ -42,6 +42,9 @@ class Backend {
   virtual const model::Config& config() const = 0;
   virtual const gguf::File& file() const = 0;  // metadata, tokenizer, weights fingerprint
   virtual std::string device_name() const = 0;
+  // Bytes of weight matrices one decode step reads, as this backend stores
+  // them (the embedding is only gathered, unless it is the output matrix too).
+  virtual uint64_t decode_weight_bytes() const = 0;
   // Device memory held, by kind (weights, KV cache, buffers); empty when
   // there is nothing beyond the process's own memory (the CPU).
   virtual std::string memory_report() const { return {}; }

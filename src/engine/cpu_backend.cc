@@ -74,6 +74,14 @@ class CpuBackend final : public Backend {
   const model::Config& config() const override { return model_.config(); }
   const gguf::File& file() const override { return model_.file(); }
   std::string device_name() const override { return "CPU"; }
+  uint64_t decode_weight_bytes() const override {
+    const gguf::File& file = model_.file();
+    uint64_t bytes = 0;
+    for (const gguf::TensorInfo& t : file.tensors())
+      if (t.dims.size() == 2 && t.name != "token_embd.weight") bytes += t.n_bytes;
+    if (!file.find_tensor("output.weight")) bytes += file.tensor("token_embd.weight").n_bytes;  // tied
+    return bytes;
+  }
 
   std::unique_ptr<BackendSequence> new_sequence(const SequenceOptions& options) override {
     const int64_t capacity = options.capacity;

@@ -183,6 +183,7 @@ class CudaBackend final : public engine::Backend {
   const model::Config& config() const override { return config_; }
   const gguf::File& file() const override { return file_; }
   std::string device_name() const override { return device_.name; }
+  uint64_t decode_weight_bytes() const override { return decode_weight_bytes_; }
 
   std::unique_ptr<BackendSequence> new_sequence(const engine::SequenceOptions& options) override;
   std::vector<float> prefill(BackendSequence& sequence, std::span<const int32_t> tokens,
@@ -221,6 +222,11 @@ class CudaBackend final : public engine::Backend {
   void project_qkv(StepBuffers& b, const Layer& w, int layer, float* x, int64_t n, const QkvStep& qkv_template);
   void feed_forward(StepBuffers& b, const Layer& w, const uint16_t* attended, float* x, int64_t n);
   float* logits_of_last(StepBuffers& b, const float* x_rows, int64_t n);
+  // out = m times RMSNorm(x) rows (norm weight `norm`); the norm writes the
+  // product's int8 input itself where the product takes one (decode's
+  // quantized matrices).
+  void norm_then_matmul(StepBuffers& b, const float* x, const DeviceMemory& norm, const Matrix& m, int64_t n,
+                        float* out);
   // Every kernel of a decode step whose metadata is on the device.
   void decode_kernels(const CudaSequence& plan, int64_t batch, int64_t stride, int bucket);
   // The fields of a QkvStep fixed by the model and the page size; a step sets the rest.
@@ -234,6 +240,7 @@ class CudaBackend final : public engine::Backend {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Blas> blas_;
   uint64_t weight_bytes_ = 0;  // on the device
+  uint64_t decode_weight_bytes_ = 0;  // of them, what a decode step reads
   DeviceMatrix embedding_;
   DeviceMemory output_norm_, inverse_frequencies_;
   DeviceMatrix output_;  // empty when tied to the embedding
@@ -291,31 +298,33 @@ CudaBackend::CudaBackend(const std::string& path, const BackendOptions& options)
   // bf16 slices from (capped: a bigger matrix goes through in slices) and the
   // width of the inputs gemv quantizes.
   const bool tied_output = weights.output.data == weights.token_embedding.data;
-  uint64_t weight_bytes = 0;
+  uint64_t weight_bytes = 0, decode_weight_bytes = 0;
   size_t dequantize_bytes = 0;
   int64_t quantized_cols = 0;
-  const auto account = [&](std::initializer_list<const ops::Weight*> parts) {
+  const auto account = [&](std::initializer_list<const ops::Weight*> parts, bool read_at_decode) {
     const MatrixFormat format = device_format(parts);
     const int64_t rows = stacked_rows(parts), cols = (*parts.begin())->cols;
     weight_bytes += device_bytes(format, rows, cols);
+    if (read_at_decode) decode_weight_bytes += device_bytes(format, rows, cols);
     if (format == MatrixFormat::BF16) return;
     constexpr size_t kDequantizeCap = size_t(128) << 20;
     dequantize_bytes = std::max(dequantize_bytes, std::min(kDequantizeCap, size_t(rows) * size_t(cols) * 2));
     quantized_cols = std::max(quantized_cols, cols);
   };
-  account({&weights.token_embedding});
-  if (!tied_output) account({&weights.output});
+  account({&weights.token_embedding}, tied_output);  // gathered, unless it is the output matrix too
+  if (!tied_output) account({&weights.output}, true);
   for (const model::LayerWeights& w : weights.layers) {
-    account({&w.q, &w.k, &w.v});
-    account({&w.o});
-    account({&w.gate, &w.up});
-    account({&w.down});
+    account({&w.q, &w.k, &w.v}, true);
+    account({&w.o}, true);
+    account({&w.gate, &w.up}, true);
+    account({&w.down}, true);
   }
   constexpr uint64_t kReserve = uint64_t(2) << 30;  // step buffers, cuBLAS, the CUDA context
   if (weight_bytes + dequantize_bytes + kReserve > device_.free_bytes)
     fail("{}: the weights need {} on the GPU (plus {} for buffers); {} has {} free of {}", path, gib(weight_bytes),
          gib(dequantize_bytes + kReserve), device_.name, gib(device_.free_bytes), gib(device_.total_bytes));
   weight_bytes_ = weight_bytes;
+  decode_weight_bytes_ = decode_weight_bytes;
 
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   blas_ = std::make_unique<Blas>(dequantize_bytes, quantized_cols);
@@ -433,9 +442,7 @@ void CudaBackend::copy_prefix(BackendSequence& to, const BackendSequence& from) 
 
 void CudaBackend::project_qkv(StepBuffers& b, const Layer& w, int layer, float* x, int64_t n,
                               const QkvStep& qkv_template) {
-  const model::Config& c = config_;
-  rms_norm(x, w.attn_norm.as<float>(), int(n), c.d_model, c.rms_epsilon, b.normed.memory.as<uint16_t>(), stream_);
-  blas_->matmul(w.qkv.view, b.normed.memory.as<uint16_t>(), n, b.qkv.memory.as<float>(), 0.0f, stream_);
+  norm_then_matmul(b, x, w.attn_norm, w.qkv.view, n, b.qkv.memory.as<float>());
   QkvStep qkv = qkv_template;
   qkv.qkv = b.qkv.memory.as<float>();
   qkv.n = int(n);
@@ -453,19 +460,32 @@ void CudaBackend::feed_forward(StepBuffers& b, const Layer& w, const uint16_t* a
   const model::Config& c = config_;
   // The attention output (fp16) into the O product, added to x.
   blas_->matmul(w.o.view, attended, n, x, 1.0f, stream_, true, b.attended_bf16.memory.as<uint16_t>());
-  rms_norm(x, w.ffn_norm.as<float>(), int(n), c.d_model, c.rms_epsilon, b.normed.memory.as<uint16_t>(), stream_);
-  blas_->matmul(w.gate_up.view, b.normed.memory.as<uint16_t>(), n, b.gate_up.memory.as<float>(), 0.0f, stream_);
-  gated_activation(b.gate_up.memory.as<float>(), int(n), c.ffn_dim, c.feed_forward == model::FeedForward::GeluTanhGlu,
-                   b.activated.memory.as<uint16_t>(), stream_);
+  norm_then_matmul(b, x, w.ffn_norm, w.gate_up.view, n, b.gate_up.memory.as<float>());
+  const bool gelu = c.feed_forward == model::FeedForward::GeluTanhGlu;
+  if (blas_->takes_quantized_input(w.down.view, n)) {  // the activation writes the product's input
+    gated_activation_quantized(b.gate_up.memory.as<float>(), int(n), c.ffn_dim, gelu, blas_->quantized_input(),
+                               stream_);
+    return blas_->matmul_quantized(w.down.view, n, x, 1.0f, stream_);
+  }
+  gated_activation(b.gate_up.memory.as<float>(), int(n), c.ffn_dim, gelu, b.activated.memory.as<uint16_t>(), stream_);
   blas_->matmul(w.down.view, b.activated.memory.as<uint16_t>(), n, x, 1.0f, stream_);
+}
+
+void CudaBackend::norm_then_matmul(StepBuffers& b, const float* x, const DeviceMemory& norm, const Matrix& m,
+                                   int64_t n, float* out) {
+  const model::Config& c = config_;
+  if (blas_->takes_quantized_input(m, n)) {
+    rms_norm_quantized(x, norm.as<float>(), int(n), c.d_model, c.rms_epsilon, blas_->quantized_input(), stream_);
+    return blas_->matmul_quantized(m, n, out, 0.0f, stream_);
+  }
+  rms_norm(x, norm.as<float>(), int(n), c.d_model, c.rms_epsilon, b.normed.memory.as<uint16_t>(), stream_);
+  blas_->matmul(m, b.normed.memory.as<uint16_t>(), n, out, 0.0f, stream_);
 }
 
 float* CudaBackend::logits_of_last(StepBuffers& b, const float* x_rows, int64_t n) {
   const model::Config& c = config_;
-  rms_norm(x_rows, output_norm_.as<float>(), int(n), c.d_model, c.rms_epsilon, b.normed.memory.as<uint16_t>(),
-           stream_);
   float* logits = b.logits.get(n * c.vocab_size, "logits");
-  blas_->matmul(output_view_, b.normed.memory.as<uint16_t>(), n, logits, 0.0f, stream_);
+  norm_then_matmul(b, x_rows, output_norm_, output_view_, n, logits);
   if (c.final_logit_softcap > 0) soft_cap(logits, n * c.vocab_size, c.final_logit_softcap, stream_);
   return logits;
 }

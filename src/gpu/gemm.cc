@@ -40,10 +40,9 @@ void Blas::matmul(const Matrix& w, const uint16_t* x, int64_t n, float* out, flo
   if (n <= max_gemv_rows(w)) {
     if (w.format == MatrixFormat::BF16) return gemv(w, {.x = x, .half = half_input}, n, out, beta, stream);
     if (w.cols > quantized_cols_) fail("Blas::matmul: no buffer for {} quantized input columns", w.cols);
-    auto* quants = quantized_input_.as<int8_t>();
-    auto* scales = reinterpret_cast<float*>(quants + kMaxQuantizedGemvRows * quantized_cols_);
-    quantize_rows(x, half_input, n, w.cols, quants, scales, stream);
-    return gemv(w, {.quants = quants, .scales = scales}, n, out, beta, stream);
+    const QuantizedRows input = quantized_input();
+    quantize_rows(x, half_input, n, w.cols, input.quants, input.scales, stream);
+    return matmul_quantized(w, n, out, beta, stream);
   }
   if (half_input) {
     if (!converted) fail("Blas::matmul: an fp16 input of {} rows needs a conversion buffer", n);
@@ -60,6 +59,18 @@ void Blas::matmul(const Matrix& w, const uint16_t* x, int64_t n, float* out, flo
     dequantize_rows(w, first, count, rows, stream);
     gemm(rows, count, w.cols, x, n, out + first, w.rows, beta, stream);
   }
+}
+
+QuantizedRows Blas::quantized_input() const {
+  auto* quants = quantized_input_.as<int8_t>();
+  return {quants, reinterpret_cast<float*>(quants + kMaxQuantizedGemvRows * quantized_cols_)};
+}
+
+void Blas::matmul_quantized(const Matrix& w, int64_t n, float* out, float beta, cudaStream_t stream) {
+  if (!takes_quantized_input(w, n))
+    fail("Blas::matmul_quantized: a {} x {} matrix at {} rows takes no quantized input", w.rows, w.cols, n);
+  const QuantizedRows input = quantized_input();
+  gemv(w, {.quants = input.quants, .scales = input.scales}, n, out, beta, stream);
 }
 
 // out (ldc apart per input row) = w [rows][cols] times x [n][cols], plus beta * out.

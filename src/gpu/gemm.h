@@ -34,6 +34,17 @@ class Blas {
   void matmul(const Matrix& w, const uint16_t* x, int64_t n, float* out, float beta, cudaStream_t stream,
               bool half_input = false, uint16_t* converted = nullptr);
 
+  // Whether matmul(w, x, n, ...) runs the quantized matrix-vector product.
+  // Its input is then quantized_input(), which a step may write directly
+  // (gpu/ops.h's *_quantized) and hand to matmul_quantized: one kernel
+  // fewer than matmul's quantize-then-multiply.
+  bool takes_quantized_input(const Matrix& w, int64_t n) const {
+    return w.format != MatrixFormat::BF16 && n <= max_gemv_rows(w) && w.cols <= quantized_cols_;
+  }
+  QuantizedRows quantized_input() const;
+  // out = w times the n rows in quantized_input(), plus beta * out.
+  void matmul_quantized(const Matrix& w, int64_t n, float* out, float beta, cudaStream_t stream);
+
   size_t workspace_bytes() const { return workspace_.bytes() + dequantized_.bytes() + quantized_input_.bytes(); }
 
  private:

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "gpu/matrix.h"
+#include "gpu/quantize_block.cuh"
 
 namespace kascade::gpu {
 namespace {
@@ -226,27 +227,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q4_k_kernel(
   }
 }
 
-// Four threads per 32 input values, 8 each: the block's largest magnitude
-// through two shuffles, then the int8 values and (one thread) the scale.
+// Four threads per 32 input values, 8 each; the grid is rounded up to whole
+// warps, so every lane reaches quantize_block's shuffles.
 template <bool kHalf>
 __global__ void quantize_rows_kernel(const uint16_t* x, int64_t count, int8_t* quants, float* scales) {
-  // count / 8 threads do work; the grid is rounded up to whole warps, so
-  // every lane reaches the shuffles.
   const int64_t total = (count / 8 + 31) / 32 * 32;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const bool active = i < count / 8;
     float v[8] = {};
     if (active) widen8<kHalf>(reinterpret_cast<const uint4*>(x)[i], v);
-    float largest = 0;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) largest = fmaxf(largest, fabsf(v[k]));
-    largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, 1));
-    largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, 2));
+    uint32_t words[2];
+    const float d = quantize_block<8>(v, words);
     if (!active) continue;
-    const float d = largest / 127.0f, inverse = d > 0 ? 1.0f / d : 0.0f;
-    uint32_t words[2] = {};
-#pragma unroll
-    for (int k = 0; k < 8; ++k) words[k / 4] |= uint32_t(uint8_t(int8_t(__float2int_rn(v[k] * inverse)))) << (8 * (k % 4));
     reinterpret_cast<uint2*>(quants)[i] = make_uint2(words[0], words[1]);
     if ((i & 3) == 0) scales[i / 4] = d;
   }

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "gpu/ops.h"
+#include "gpu/quantize_block.cuh"
 
 namespace kascade::gpu {
 namespace {
@@ -14,6 +15,8 @@ constexpr int kRowThreads = 256;
 
 __device__ __forceinline__ uint16_t to_bf16(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 __device__ __forceinline__ uint16_t to_f16(float x) { return __half_as_ushort(__float2half_rn(x)); }
+// x rounded to bf16, as a float.
+__device__ __forceinline__ float bf16_value(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 // Sum of `value` over the block (every thread gets it); `scratch` holds one float per warp.
 __device__ float block_sum(float value, float* scratch) {
@@ -27,10 +30,18 @@ __device__ float block_sum(float value, float* scratch) {
   return total;
 }
 
+enum class NormOutput { InPlace, Bf16, Quantized };
+struct NormTarget {
+  uint16_t* bf16 = nullptr;
+  QuantizedRows quantized;
+};
+
 // One row per block; every thread loads its float4s once, into registers
 // (all issued before any is used), for both the sum and the scaled write.
-template <bool kInPlace, int kVectors>
-__global__ void rms_norm_kernel(float* x, const float* weight, int dim, float epsilon, uint16_t* out) {
+// Consecutive threads hold consecutive float4s, so 8 of them hold a
+// 32-value block of the quantized output.
+template <NormOutput kOut, int kVectors>
+__global__ void rms_norm_kernel(float* x, const float* weight, int dim, float epsilon, NormTarget out) {
   __shared__ float scratch[1024 / 32];
   float4* row = reinterpret_cast<float4*>(x + int64_t(blockIdx.x) * dim);
   const int vectors = dim / 4;
@@ -48,32 +59,43 @@ __global__ void rms_norm_kernel(float* x, const float* weight, int dim, float ep
 #pragma unroll
   for (int i = 0; i < kVectors; ++i) {
     const int at = threadIdx.x + i * blockDim.x;
-    if (at >= vectors) break;
-    const float4 g = w[at];
+    const bool active = at < vectors;  // no lane leaves early: the quantized output shuffles
+    const float4 g = active ? w[at] : make_float4(0, 0, 0, 0);
     const float4 y = make_float4(v[i].x * scale * g.x, v[i].y * scale * g.y, v[i].z * scale * g.z, v[i].w * scale * g.w);
-    if constexpr (kInPlace) {
-      row[at] = y;
+    if constexpr (kOut == NormOutput::InPlace) {
+      if (active) row[at] = y;
+    } else if constexpr (kOut == NormOutput::Bf16) {
+      if (active) {
+        uint2 packed;
+        packed.x = uint32_t(to_bf16(y.x)) | (uint32_t(to_bf16(y.y)) << 16);
+        packed.y = uint32_t(to_bf16(y.z)) | (uint32_t(to_bf16(y.w)) << 16);
+        reinterpret_cast<uint2*>(out.bf16 + int64_t(blockIdx.x) * dim)[at] = packed;
+      }
     } else {
-      uint2 packed;
-      packed.x = uint32_t(to_bf16(y.x)) | (uint32_t(to_bf16(y.y)) << 16);
-      packed.y = uint32_t(to_bf16(y.z)) | (uint32_t(to_bf16(y.w)) << 16);
-      reinterpret_cast<uint2*>(out + int64_t(blockIdx.x) * dim)[at] = packed;
+      const float values[4] = {bf16_value(y.x), bf16_value(y.y), bf16_value(y.z), bf16_value(y.w)};
+      uint32_t packed[1];
+      const float d = quantize_block<4>(values, packed);
+      if (active) {
+        const int64_t first = int64_t(blockIdx.x) * dim + 4 * at;
+        *reinterpret_cast<uint32_t*>(out.quantized.quants + first) = packed[0];
+        if ((at & 7) == 0) out.quantized.scales[first / 32] = d;
+      }
     }
   }
 }
 
-template <bool kInPlace>
-void launch_rms_norm(float* x, const float* weight, int n, int dim, float epsilon, uint16_t* out, cudaStream_t stream) {
+template <NormOutput kOut>
+void launch_rms_norm(float* x, const float* weight, int n, int dim, float epsilon, NormTarget out,
+                     cudaStream_t stream) {
   const int vectors = dim / 4;
   const int threads = std::min(1024, (vectors + 31) / 32 * 32);
   const int per_thread = (vectors + threads - 1) / threads;
-  if (per_thread <= 1) rms_norm_kernel<kInPlace, 1><<<n, threads, 0, stream>>>(x, weight, dim, epsilon, out);
-  else if (per_thread <= 2) rms_norm_kernel<kInPlace, 2><<<n, threads, 0, stream>>>(x, weight, dim, epsilon, out);
-  else if (per_thread <= 4) rms_norm_kernel<kInPlace, 4><<<n, threads, 0, stream>>>(x, weight, dim, epsilon, out);
-  else rms_norm_kernel<kInPlace, 8><<<n, threads, 0, stream>>>(x, weight, dim, epsilon, out);  // dim <= 32768
+  if (per_thread <= 1) rms_norm_kernel<kOut, 1><<<n, threads, 0, stream>>>(x, weight, dim, epsilon, out);
+  else if (per_thread <= 2) rms_norm_kernel<kOut, 2><<<n, threads, 0, stream>>>(x, weight, dim, epsilon, out);
+  else if (per_thread <= 4) rms_norm_kernel<kOut, 4><<<n, threads, 0, stream>>>(x, weight, dim, epsilon, out);
+  else rms_norm_kernel<kOut, 8><<<n, threads, 0, stream>>>(x, weight, dim, epsilon, out);  // dim <= 32768
 }
 
-// One token per block: its Q, K and V row in shared memory through every step.
 __global__ void qkv_kernel(QkvStep p) {
   extern __shared__ float row[];
   const int t = blockIdx.x, d = p.head_dim;
@@ -149,19 +171,40 @@ __global__ void qkv_kernel(QkvStep p) {
   }
 }
 
+__device__ __forceinline__ float gated_value(float g, float u, bool gelu) {
+  if (gelu) {
+    constexpr float kSqrt2OverPi = 0.7978845608028654f;
+    return 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * u;
+  }
+  return g / (1.0f + expf(-g)) * u;
+}
+
 __global__ void gated_kernel(const float* gate_up, int n, int ffn, bool gelu, uint16_t* out) {
   const int64_t count = int64_t(n) * ffn;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < count; idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = idx / ffn, i = idx % ffn;
-    const float g = gate_up[t * 2 * ffn + i], u = gate_up[t * 2 * ffn + ffn + i];
-    float activated;
-    if (gelu) {
-      constexpr float kSqrt2OverPi = 0.7978845608028654f;
-      activated = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
-    } else {
-      activated = g / (1.0f + expf(-g));
+    out[idx] = to_bf16(gated_value(gate_up[t * 2 * ffn + i], gate_up[t * 2 * ffn + ffn + i], gelu));
+  }
+}
+
+// Eight values per thread, four threads per 32-value block; the grid is
+// rounded up to whole warps, so every lane reaches quantize_block's shuffles.
+__global__ void gated_quantized_kernel(const float* gate_up, int n, int ffn, bool gelu, QuantizedRows out) {
+  const int64_t groups = int64_t(n) * ffn / 8, total = (groups + 31) / 32 * 32;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const bool active = i < groups;
+    float v[8] = {};
+    if (active) {
+      const int64_t t = 8 * i / ffn, c0 = 8 * i % ffn;
+      const float* gate = gate_up + t * 2 * ffn + c0;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) v[k] = bf16_value(gated_value(gate[k], gate[ffn + k], gelu));
     }
-    out[idx] = to_bf16(activated * u);
+    uint32_t words[2];
+    const float d = quantize_block<8>(v, words);
+    if (!active) continue;
+    reinterpret_cast<uint2*>(out.quants)[i] = make_uint2(words[0], words[1]);
+    if ((i & 3) == 0) out.scales[i / 4] = d;
   }
 }
 
@@ -197,11 +240,16 @@ int stride_blocks(int64_t count) { return int(std::min<int64_t>((count + 255) / 
 
 void rms_norm(const float* x, const float* weight, int n, int dim, float epsilon, uint16_t* out,
               cudaStream_t stream) {
-  launch_rms_norm<false>(const_cast<float*>(x), weight, n, dim, epsilon, out, stream);
+  launch_rms_norm<NormOutput::Bf16>(const_cast<float*>(x), weight, n, dim, epsilon, {.bf16 = out}, stream);
+}
+
+void rms_norm_quantized(const float* x, const float* weight, int n, int dim, float epsilon, QuantizedRows out,
+                        cudaStream_t stream) {
+  launch_rms_norm<NormOutput::Quantized>(const_cast<float*>(x), weight, n, dim, epsilon, {.quantized = out}, stream);
 }
 
 void rms_norm_in_place(float* x, const float* weight, int n, int dim, float epsilon, cudaStream_t stream) {
-  launch_rms_norm<true>(x, weight, n, dim, epsilon, nullptr, stream);
+  launch_rms_norm<NormOutput::InPlace>(x, weight, n, dim, epsilon, {}, stream);
 }
 
 void qkv_step(const QkvStep& step, cudaStream_t stream) {
@@ -220,6 +268,12 @@ void gather_kv_pages(const PagedKv& kv, int64_t n, uint16_t* keys, uint16_t* val
 
 void gated_activation(const float* gate_up, int n, int ffn, bool gelu, uint16_t* out, cudaStream_t stream) {
   gated_kernel<<<stride_blocks(int64_t(n) * ffn), 256, 0, stream>>>(gate_up, n, ffn, gelu, out);
+}
+
+void gated_activation_quantized(const float* gate_up, int n, int ffn, bool gelu, QuantizedRows out,
+                                cudaStream_t stream) {
+  gated_quantized_kernel<<<stride_blocks((int64_t(n) * ffn / 8 + 31) / 32 * 32), 256, 0, stream>>>(gate_up, n, ffn,
+                                                                                                   gelu, out);
 }
 
 void half_to_bfloat(const uint16_t* in, int64_t count, uint16_t* out, cudaStream_t stream) {

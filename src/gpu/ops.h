@@ -10,11 +10,19 @@
 
 #include <cstdint>
 
+#include "gpu/matrix.h"
+
 namespace kascade::gpu {
 
 // out[t] = bf16(x[t] * weight / sqrt(mean(x[t]^2) + epsilon)) for n rows of dim.
 void rms_norm(const float* x, const float* weight, int n, int dim, float epsilon, uint16_t* out,
               cudaStream_t stream);
+
+// The same bf16 values, quantized for a quantized product (quantize_rows'
+// bits) in the same pass: decode's norm and its product's input in one
+// kernel. dim a multiple of 32.
+void rms_norm_quantized(const float* x, const float* weight, int n, int dim, float epsilon, QuantizedRows out,
+                        cudaStream_t stream);
 
 // The same, in place on fp32 rows (Gemma's post-attention and post-FFN norms).
 void rms_norm_in_place(float* x, const float* weight, int n, int dim, float epsilon, cudaStream_t stream);
@@ -65,6 +73,9 @@ void gather_kv_pages(const PagedKv& kv, int64_t n, uint16_t* keys, uint16_t* val
 // out[t][i] = bf16(act(gate_up[t][i]) * gate_up[t][ffn + i]), act SiLU (or
 // GELU-tanh), for n rows of the fused gate/up product [n][2 * ffn].
 void gated_activation(const float* gate_up, int n, int ffn, bool gelu, uint16_t* out, cudaStream_t stream);
+// The same bf16 values, quantized as quantize_rows would (ffn a multiple of 32).
+void gated_activation_quantized(const float* gate_up, int n, int ffn, bool gelu, QuantizedRows out,
+                                cudaStream_t stream);
 
 // out[i] = bf16(float(in[i])), in fp16: the attention output into the next product.
 void half_to_bfloat(const uint16_t* in, int64_t count, uint16_t* out, cudaStream_t stream);

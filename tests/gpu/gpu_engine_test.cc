@@ -27,6 +27,7 @@
 #include "gpu/device.h"
 #include "gpu/gemm.h"
 #include "gpu/matrix.h"
+#include "gpu/ops.h"
 #include "model/fingerprint.h"
 #include "model/synthetic.h"
 #include "ops/matmul.h"
@@ -376,9 +377,57 @@ TEST_F(GpuEngine, DequantizeAndGatherMatchTheHost) {
   }
 }
 
-// Prose of `length` tokens from the eval's haystack (a real model is
+// The steps that write a quantized product's input themselves (the norm and
+// the gated activation before decode's products) give the bits of the two
+// steps they replace: the bf16 step, then quantize_rows.
+TEST_F(GpuEngine, FusedQuantizedInputsMatchTwoSteps) {
+  std::mt19937_64 rng(13);
+  std::normal_distribution<float> dist(0.0f, 2.0f);
+  const auto fill = [&](std::vector<float>& v) { for (float& f : v) f = dist(rng); };
+  const auto bytes_of = [](const gpu::DeviceMemory& m) {
+    std::vector<uint8_t> host(m.bytes());
+    gpu::check(cudaMemcpy(host.data(), m.data(), host.size(), cudaMemcpyDeviceToHost), "download");
+    return host;
+  };
+  struct Quantized {
+    gpu::DeviceMemory quants, scales;
+    Quantized(int64_t values) : quants(size_t(values), "test quants"), scales(size_t(values / 32) * 4, "test scales") {}
+    gpu::QuantizedRows rows() const { return {quants.as<int8_t>(), scales.as<float>()}; }
+  };
+  const int n = 3;
+  // 576 wide: 144 float4s on 160 threads (idle lanes); 14336: four float4s a thread.
+  for (const int dim : {576, 4096, 14336}) {
+    std::vector<float> x(size_t(n) * dim), weight(static_cast<size_t>(dim));
+    fill(x);
+    fill(weight);
+    const gpu::DeviceMemory device_x = gpu::upload(x, "test rows"), device_weight = gpu::upload(weight, "test norm");
+    const gpu::DeviceMemory normed(size_t(n) * dim * 2, "test normed");
+    Quantized two_steps(int64_t(n) * dim), fused(int64_t(n) * dim);
+    gpu::rms_norm(device_x.as<float>(), device_weight.as<float>(), n, dim, 1e-5f, normed.as<uint16_t>(), nullptr);
+    gpu::quantize_rows(normed.as<uint16_t>(), false, n, dim, two_steps.quants.as<int8_t>(),
+                       two_steps.scales.as<float>(), nullptr);
+    gpu::rms_norm_quantized(device_x.as<float>(), device_weight.as<float>(), n, dim, 1e-5f, fused.rows(), nullptr);
+    EXPECT_EQ(bytes_of(fused.quants), bytes_of(two_steps.quants)) << "norm, " << dim << " wide";
+    EXPECT_EQ(bytes_of(fused.scales), bytes_of(two_steps.scales)) << "norm, " << dim << " wide";
+  }
+  const int ffn = 1056;  // 33 blocks of 32 a row: the rows' blocks straddle warps
+  for (const bool gelu : {false, true}) {
+    std::vector<float> gate_up(size_t(n) * 2 * ffn);
+    fill(gate_up);
+    const gpu::DeviceMemory device_gate_up = gpu::upload(gate_up, "test gate/up");
+    const gpu::DeviceMemory activated(size_t(n) * ffn * 2, "test activated");
+    Quantized two_steps(int64_t(n) * ffn), fused(int64_t(n) * ffn);
+    gpu::gated_activation(device_gate_up.as<float>(), n, ffn, gelu, activated.as<uint16_t>(), nullptr);
+    gpu::quantize_rows(activated.as<uint16_t>(), false, n, ffn, two_steps.quants.as<int8_t>(),
+                       two_steps.scales.as<float>(), nullptr);
+    gpu::gated_activation_quantized(device_gate_up.as<float>(), n, ffn, gelu, fused.rows(), nullptr);
+    EXPECT_EQ(bytes_of(fused.quants), bytes_of(two_steps.quants)) << (gelu ? "GELU" : "SiLU");
+    EXPECT_EQ(bytes_of(fused.scales), bytes_of(two_steps.scales)) << (gelu ? "GELU" : "SiLU");
+  }
+}
+
+// `length` tokens of the haystack from token `offset` on (a real model is
 // confident on real text; random tokens leave it at near-ties).
-// `length` tokens of the haystack (public-domain prose) from token `offset` on.
 std::vector<int32_t> prose(const std::vector<int32_t>& haystack, int64_t offset, int64_t length) {
   if (offset + length > int64_t(haystack.size())) fail("the haystack has only {} tokens", haystack.size());
   return {haystack.begin() + offset, haystack.begin() + offset + length};
