@@ -4,7 +4,13 @@
 # Llama 3.1 8B written on the spot, dense against Kascade. Logs go to $OUT;
 # the benchmark's table is printed last.
 #
-#   bench/gpu/run_device.sh [test|bench|all]      (default all)
+#   bench/gpu/run_device.sh [test|bench|all|serve]      (default all: test and bench)
+#
+# serve: `kascade serve --device cuda` on the synthetic 8B (bf16) under
+# bench/server/loadgen.py (docs/server.md's GPU table): SERVE_PROMPT_TOKENS
+# (32768) prompts, SERVE_MAX_TOKENS (128) new tokens, at SERVE_CONCURRENCY
+# (1,16,64) clients; dense, then the paper's Kascade per request. Needs
+# PREBUILT binaries linked with cpp-httplib (README, "Building by hand").
 #
 # PREBUILT=DIR   use kascade, engine_bench, gpu_engine_test and
 #                kascade_cuda_test from DIR (built elsewhere with
@@ -26,7 +32,7 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 2
-case $what in test | bench | all) ;; *) echo "usage: $0 [test|bench|all]" >&2; exit 2 ;; esac
+case $what in test | bench | all | serve) ;; *) echo "usage: $0 [test|bench|all|serve]" >&2; exit 2 ;; esac
 status=0
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
@@ -41,6 +47,38 @@ else
   ln -sf "$bin/src/gpu/gpu_engine_test" "$bin/src/cuda/kascade_cuda_test" "$bin/" 2>/dev/null
 fi
 
+# The synthetic Llama 3.1 8B of a weight type, written once per machine; prints its path.
+synth_model() {
+  local model=/tmp/kascade-synth-llama-3.1-8b-$1.gguf
+  if [[ ! -f $model ]]; then
+    "$bin/kascade" synth --preset llama-3.1-8b --type "$1" -o "$model" -q \
+      ${SYNTH_TOKENIZER:+--tokenizer "$SYNTH_TOKENIZER"} >&2 || { echo "synth failed" >&2; return 1; }
+  fi
+  echo "$model"
+}
+
+if [[ $what == serve ]]; then
+  model=$(synth_model bf16) || exit 1
+  prompt_tokens=${SERVE_PROMPT_TOKENS:-32768}
+  concurrency=${SERVE_CONCURRENCY:-1,16,64}
+  parallel=$(tr ',' '\n' <<<"$concurrency" | sort -n | tail -1)
+  # Context with room for loadgen's estimate of a prompt's length and the completion.
+  "$bin/kascade" serve --device cuda -m "$model" --port 18080 --parallel "$parallel" --max-queue "$parallel" -q \
+    --ctx-size $((prompt_tokens * 17 / 16 + ${SERVE_MAX_TOKENS:-128})) >"$OUT/serve.log" 2>&1 &
+  server=$!
+  for attention in dense paper; do
+    request=(--kascade dense)
+    [[ $attention == paper ]] && request=(--kascade kascade --budget 10 --sparse-phases both --reuse)
+    python3 bench/server/loadgen.py --url http://127.0.0.1:18080 --concurrency "$concurrency" \
+      --prompt-tokens "$prompt_tokens" --max-tokens "${SERVE_MAX_TOKENS:-128}" "${request[@]}" \
+      --label "gpu-$attention" --json "$OUT/loadgen.json" --wait 300 2>&1 | tee "$OUT/loadgen_$attention.log"
+    [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+  done
+  kill -TERM "$server"
+  wait "$server" || status=1
+  exit $status
+fi
+
 if [[ $what != bench ]]; then
   start=$(date +%s)
   "$bin/kascade_cuda_test" >"$OUT/kernel_test.log" 2>&1 || status=1
@@ -52,11 +90,7 @@ fi
 
 if [[ $what != test ]]; then
   for type in ${SYNTH_TYPES:-bf16}; do
-    model=/tmp/kascade-synth-llama-3.1-8b-$type.gguf
-    if [[ ! -f $model ]]; then
-      "$bin/kascade" synth --preset llama-3.1-8b --type "$type" -o "$model" -q \
-        ${SYNTH_TOKENIZER:+--tokenizer "$SYNTH_TOKENIZER"} || { echo "synth failed"; exit 1; }
-    fi
+    model=$(synth_model "$type") || exit 1
     "$bin/engine_bench" --model "$model" --device cuda --contexts "${CONTEXTS:-1024,32768}" \
       --batches "${BATCHES:-1,16}" --strategies "${STRATEGIES:-dense,kascade,kascade-reuse-sparse-prefill}" \
       --repeats 1 --decode-steps 12 2>&1 | tee "$OUT/engine_bench_$type.log"
