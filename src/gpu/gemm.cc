@@ -40,8 +40,7 @@ void Blas::matmul(const Matrix& w, const uint16_t* x, int64_t n, float* out, flo
   if (n <= max_gemv_rows(w)) {
     if (w.format == MatrixFormat::BF16) return gemv(w, {.x = x, .half = half_input}, n, out, beta, stream);
     if (w.cols > quantized_cols_) fail("Blas::matmul: no buffer for {} quantized input columns", w.cols);
-    const QuantizedRows input = quantized_input();
-    quantize_rows(x, half_input, n, w.cols, input.quants, input.scales, stream);
+    quantize_rows(x, half_input, n, w.cols, quantized_input(), stream);
     return matmul_quantized(w, n, out, beta, stream);
   }
   if (half_input) {

@@ -347,14 +347,14 @@ void gemv(const Matrix& w, const GemvInput& x, int64_t n, float* out, float beta
   }
 }
 
-void quantize_rows(const uint16_t* x, bool half_input, int64_t n, int64_t cols, int8_t* quants, float* scales,
+void quantize_rows(const uint16_t* x, bool half_input, int64_t n, int64_t cols, QuantizedRows out,
                    cudaStream_t stream) {
   const int64_t count = n * cols;
   const int blocks = int(std::clamp<int64_t>((count / 8 + 255) / 256, 1, 132 * 16));
   if (half_input)
-    quantize_rows_kernel<true><<<blocks, 256, 0, stream>>>(x, count, quants, scales);
+    quantize_rows_kernel<true><<<blocks, 256, 0, stream>>>(x, count, out.quants, out.scales);
   else
-    quantize_rows_kernel<false><<<blocks, 256, 0, stream>>>(x, count, quants, scales);
+    quantize_rows_kernel<false><<<blocks, 256, 0, stream>>>(x, count, out.quants, out.scales);
 }
 
 void dequantize_rows(const Matrix& w, int64_t first, int64_t count, uint16_t* out, cudaStream_t stream) {

@@ -76,13 +76,12 @@ struct GemvInput {
   const int8_t* quants = nullptr;  // [n][cols]
   const float* scales = nullptr;   // [n][cols / 32]
 };
-void quantize_rows(const uint16_t* x, bool half_input, int64_t n, int64_t cols, int8_t* quants, float* scales,
-                   cudaStream_t stream);
-// Where such rows are written (gpu/ops.h's steps that write them directly).
-struct QuantizedRows {
+struct QuantizedRows {  // where such rows are written
   int8_t* quants = nullptr;  // [n][cols]
   float* scales = nullptr;   // [n][cols / 32]
 };
+void quantize_rows(const uint16_t* x, bool half_input, int64_t n, int64_t cols, QuantizedRows out,
+                   cudaStream_t stream);
 
 // out[t][r] = sum_c w[r][c] * x[t][c] + beta * out[t][r] for t < n <=
 // max_gemv_rows(w): one warp per weight row streams the row once per

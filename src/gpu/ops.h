@@ -18,14 +18,14 @@ namespace kascade::gpu {
 void rms_norm(const float* x, const float* weight, int n, int dim, float epsilon, uint16_t* out,
               cudaStream_t stream);
 
-// The same bf16 values, quantized for a quantized product (quantize_rows'
+// rms_norm in place on fp32 rows (Gemma's post-attention and post-FFN norms).
+void rms_norm_in_place(float* x, const float* weight, int n, int dim, float epsilon, cudaStream_t stream);
+
+// rms_norm's bf16 values, quantized for a quantized product (quantize_rows'
 // bits) in the same pass: decode's norm and its product's input in one
 // kernel. dim a multiple of 32.
 void rms_norm_quantized(const float* x, const float* weight, int n, int dim, float epsilon, QuantizedRows out,
                         cudaStream_t stream);
-
-// The same, in place on fp32 rows (Gemma's post-attention and post-FFN norms).
-void rms_norm_in_place(float* x, const float* weight, int n, int dim, float epsilon, cudaStream_t stream);
 
 // From the fused QKV product to attention's inputs, one step per token: bias,
 // per-head Q/K RMSNorm, RoPE and the query scale on Q and K, then Q to its

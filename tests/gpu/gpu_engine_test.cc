@@ -404,8 +404,7 @@ TEST_F(GpuEngine, FusedQuantizedInputsMatchTwoSteps) {
     const gpu::DeviceMemory normed(size_t(n) * dim * 2, "test normed");
     Quantized two_steps(int64_t(n) * dim), fused(int64_t(n) * dim);
     gpu::rms_norm(device_x.as<float>(), device_weight.as<float>(), n, dim, 1e-5f, normed.as<uint16_t>(), nullptr);
-    gpu::quantize_rows(normed.as<uint16_t>(), false, n, dim, two_steps.quants.as<int8_t>(),
-                       two_steps.scales.as<float>(), nullptr);
+    gpu::quantize_rows(normed.as<uint16_t>(), false, n, dim, two_steps.rows(), nullptr);
     gpu::rms_norm_quantized(device_x.as<float>(), device_weight.as<float>(), n, dim, 1e-5f, fused.rows(), nullptr);
     EXPECT_EQ(bytes_of(fused.quants), bytes_of(two_steps.quants)) << "norm, " << dim << " wide";
     EXPECT_EQ(bytes_of(fused.scales), bytes_of(two_steps.scales)) << "norm, " << dim << " wide";
@@ -418,8 +417,7 @@ TEST_F(GpuEngine, FusedQuantizedInputsMatchTwoSteps) {
     const gpu::DeviceMemory activated(size_t(n) * ffn * 2, "test activated");
     Quantized two_steps(int64_t(n) * ffn), fused(int64_t(n) * ffn);
     gpu::gated_activation(device_gate_up.as<float>(), n, ffn, gelu, activated.as<uint16_t>(), nullptr);
-    gpu::quantize_rows(activated.as<uint16_t>(), false, n, ffn, two_steps.quants.as<int8_t>(),
-                       two_steps.scales.as<float>(), nullptr);
+    gpu::quantize_rows(activated.as<uint16_t>(), false, n, ffn, two_steps.rows(), nullptr);
     gpu::gated_activation_quantized(device_gate_up.as<float>(), n, ffn, gelu, fused.rows(), nullptr);
     EXPECT_EQ(bytes_of(fused.quants), bytes_of(two_steps.quants)) << (gelu ? "GELU" : "SiLU");
     EXPECT_EQ(bytes_of(fused.scales), bytes_of(two_steps.scales)) << (gelu ? "GELU" : "SiLU");
