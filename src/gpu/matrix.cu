@@ -230,17 +230,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q4_k_kernel(
 // Four threads per 32 input values, 8 each; the grid is rounded up to whole
 // warps, so every lane reaches quantize_block's shuffles.
 template <bool kHalf>
-__global__ void quantize_rows_kernel(const uint16_t* x, int64_t count, int8_t* quants, float* scales) {
+__global__ void quantize_rows_kernel(const uint16_t* x, int64_t count, QuantizedRows out) {
   const int64_t total = (count / 8 + 31) / 32 * 32;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const bool active = i < count / 8;
     float v[8] = {};
     if (active) widen8<kHalf>(reinterpret_cast<const uint4*>(x)[i], v);
-    uint32_t words[2];
-    const float d = quantize_block<8>(v, words);
-    if (!active) continue;
-    reinterpret_cast<uint2*>(quants)[i] = make_uint2(words[0], words[1]);
-    if ((i & 3) == 0) scales[i / 4] = d;
+    write_quantized_group(v, active, i, out);
   }
 }
 
@@ -352,9 +348,9 @@ void quantize_rows(const uint16_t* x, bool half_input, int64_t n, int64_t cols, 
   const int64_t count = n * cols;
   const int blocks = int(std::clamp<int64_t>((count / 8 + 255) / 256, 1, 132 * 16));
   if (half_input)
-    quantize_rows_kernel<true><<<blocks, 256, 0, stream>>>(x, count, out.quants, out.scales);
+    quantize_rows_kernel<true><<<blocks, 256, 0, stream>>>(x, count, out);
   else
-    quantize_rows_kernel<false><<<blocks, 256, 0, stream>>>(x, count, out.quants, out.scales);
+    quantize_rows_kernel<false><<<blocks, 256, 0, stream>>>(x, count, out);
 }
 
 void dequantize_rows(const Matrix& w, int64_t first, int64_t count, uint16_t* out, cudaStream_t stream) {

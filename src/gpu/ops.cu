@@ -96,6 +96,7 @@ void launch_rms_norm(float* x, const float* weight, int n, int dim, float epsilo
   else rms_norm_kernel<kOut, 8><<<n, threads, 0, stream>>>(x, weight, dim, epsilon, out);  // dim <= 32768
 }
 
+// One token per block: its Q, K and V row in shared memory through every step.
 __global__ void qkv_kernel(QkvStep p) {
   extern __shared__ float row[];
   const int t = blockIdx.x, d = p.head_dim;
@@ -200,11 +201,7 @@ __global__ void gated_quantized_kernel(const float* gate_up, int n, int ffn, boo
 #pragma unroll
       for (int k = 0; k < 8; ++k) v[k] = bf16_value(gated_value(gate[k], gate[ffn + k], gelu));
     }
-    uint32_t words[2];
-    const float d = quantize_block<8>(v, words);
-    if (!active) continue;
-    reinterpret_cast<uint2*>(out.quants)[i] = make_uint2(words[0], words[1]);
-    if ((i & 3) == 0) out.scales[i / 4] = d;
+    write_quantized_group(v, active, i, out);
   }
 }
 

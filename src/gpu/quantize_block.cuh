@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "gpu/matrix.h"
+
 namespace kascade::gpu {
 
 // A 32-value block held by 32 / kValues consecutive lanes, kValues each
@@ -29,6 +31,18 @@ __device__ __forceinline__ float quantize_block(const float (&v)[kValues], uint3
       packed[w] |= uint32_t(uint8_t(int8_t(__float2int_rn(v[4 * w + k] * inverse)))) << (8 * k);
   }
   return d;
+}
+
+// Group i of rows quantized 8 values a thread (four threads a block, every
+// lane of the warp calling): the values quantized and, when `active`, written
+// to `out` with the block's scale.
+__device__ __forceinline__ void write_quantized_group(const float (&v)[8], bool active, int64_t i,
+                                                      QuantizedRows out) {
+  uint32_t words[2];
+  const float d = quantize_block<8>(v, words);
+  if (!active) return;
+  reinterpret_cast<uint2*>(out.quants)[i] = make_uint2(words[0], words[1]);
+  if ((i & 3) == 0) out.scales[i / 4] = d;
 }
 
 }  // namespace kascade::gpu
