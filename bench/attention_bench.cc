@@ -150,8 +150,8 @@ void check(KvType kv) {
   std::mt19937_64 rng(5);
   std::normal_distribution<float> normal;
   for (float& x : queries) x = 2 * normal(rng);
-  StrategyOptions full;
-  full.name = "kascade";
+  AttentionOptions full;
+  full.method = Method::Kascade;
   full.sparse_phases = SparsePhases::Both;
   full.all_anchors = false;
   full.budget_percent = 100;
@@ -201,8 +201,8 @@ int main(int argc, char** argv) {
 
     // The paper's schedule, which has every layer type; the default mode
     // (dense prefill, every layer an anchor) runs anchor layers throughout.
-    StrategyOptions options;
-    options.name = "kascade";
+    AttentionOptions options;
+    options.method = Method::Kascade;
     options.sparse_phases = SparsePhases::Both;
     options.all_anchors = false;
     options.budget_percent = percent;

@@ -89,8 +89,8 @@ int main(int argc, char** argv) {
 
     std::map<std::string, Collector> results;
     for (const std::string& name : strategies) {
-      attention::StrategyOptions options = eval::parse_strategy_spec(name, budget).options;
-      if (options.name == "kascade" && !profile_path.empty())
+      AttentionOptions options = eval::parse_strategy_spec(name, budget).options;
+      if (options.kascade() && !profile_path.empty())
         options.profile = model::load_checked_profile(profile_path, config.attention_shape(), model.file());
       Collector& collector = results[name];
       model::Sequence seq = model.new_sequence(

@@ -20,7 +20,7 @@
 #include "core/error.h"
 #include "core/model_cache.h"
 #include "core/timer.h"
-#include "engine/backend.h"
+#include "backends/devices.h"
 #include "eval/strategy_spec.h"
 #include "model/fingerprint.h"
 #include "ops/threading.h"
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   try {
     ops::configure_threads(threads);
     Stopwatch load_clock;
-    const std::unique_ptr<engine::Backend> backend = engine::make_backend(device, model_path);
+    const std::unique_ptr<engine::Backend> backend = backends::make_backend(device, model_path);
     const model::Config& c = backend->config();
     fmt::print("{} on {}: {} layers, d_model {}, {}/{} heads of {}, FFN {}, vocab {}; loaded in {:.1f} s\n", c.name,
                backend->device_name(), c.n_layers, c.d_model, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim,
@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
     std::vector<eval::StrategySpec> specs;
     for (const std::string& name : strategies) {
       eval::StrategySpec& spec = specs.emplace_back(eval::parse_strategy_spec(name, budget));
-      if (spec.options.name == "kascade")
+      if (spec.options.kascade())
         spec.options.profile = model::resolve_profile(profile_path, model_path, c, backend->file(), true);
     }
     fmt::print("| {:<22} | {:>7} | {:>5} | {:>12} | {:>10} | {:>14} | {:>11} | {:>10} | {:>13} |\n", "attention", "context",
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
           prefill_seconds.push_back(clock.seconds());
         }
         const double prefill = median(prefill_seconds);
-        if (spec.options.name == "dense") dense_prefill[context] = prefill;
+        if (spec.options.method == Method::Dense) dense_prefill[context] = prefill;
         for (const int batch : batches) {
           std::vector<std::unique_ptr<engine::BackendSequence>> owned;
           std::vector<engine::BackendSequence*> sequences;
@@ -128,14 +128,14 @@ int main(int argc, char** argv) {
           }
           steps.erase(steps.begin());  // the first step sizes buffers
           const double step = median(steps);
-          if (spec.options.name == "dense") dense_step[{context, batch}] = step;
+          if (spec.options.method == Method::Dense) dense_step[{context, batch}] = step;
           const double floor = double(weights + uint64_t(batch) * uint64_t(context) * kv_per_token) / bandwidth;
           const auto dense = dense_step.find({context, batch});
           const auto dense_fill = dense_prefill.find(context);
           fmt::print("| {:<22} | {:>7} | {:>5} | {:>12.0f} | {:>10.3f} | {:>14.3f} | {:>11.1f} | {:>10.3f} | {:>13} |\n",
                      spec.label, context, batch, double(context) / prefill, prefill, 1e3 * step, batch / step,
                      1e3 * floor,
-                     spec.options.name == "dense" || dense == dense_step.end()
+                     spec.options.method == Method::Dense || dense == dense_step.end()
                          ? std::string("-")
                          : fmt::format("{:.2f}x/{:.2f}x", dense_fill->second / prefill, dense->second / step));
           std::fflush(stdout);

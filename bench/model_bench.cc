@@ -41,7 +41,7 @@ double median(std::vector<double> values) {
 // Resets the kernel's peak-RSS counter so each configuration reports its own peak.
 void reset_peak_memory() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
-Measurement run_once(const model::Model& model, const attention::StrategyOptions& options, int64_t length,
+Measurement run_once(const model::Model& model, const AttentionOptions& options, int64_t length,
                      int64_t chunk, int64_t decode_tokens, uint64_t seed) {
   const model::Config& config = model.config();
   std::mt19937_64 rng(seed);
@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
     std::vector<eval::StrategySpec> specs;
     for (const std::string& name : strategies) {
       eval::StrategySpec& spec = specs.emplace_back(eval::parse_strategy_spec(name, budget));
-      if (spec.options.name == "kascade" && !profile_path.empty())
+      if (spec.options.kascade() && !profile_path.empty())
         spec.options.profile = model::load_checked_profile(profile_path, config.attention_shape(), model.file());
     }
     fmt::print("model {} ({} layers, {} heads / {} KV heads, d {}), {} threads, KV f16, medians of {} runs, "

@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
     }
     for (const std::string& entry : strategies) {
       eval::StrategySpec spec = eval::parse_strategy_spec(entry, budget);
-      if (spec.options.name == "kascade" && !profile_path.empty())
+      if (spec.options.kascade() && !profile_path.empty())
         spec.options.profile = model::load_checked_profile(profile_path, shape, model.file());
       auto probe = std::make_unique<NeedleProbe>(attention::make_strategy(spec.options, shape), shape, needle, probes);
       const NeedleProbe& traced = *probe;

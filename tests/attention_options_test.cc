@@ -22,7 +22,7 @@ using reference::Problem;
 const Shape kShape{6, 9, 3, 64};
 
 // Runs make_strategy and returns the Error message ("" if none).
-std::string error_of(const StrategyOptions& options, const Shape& shape = kShape) {
+std::string error_of(const AttentionOptions& options, const Shape& shape = kShape) {
   try {
     make_strategy(options, shape);
   } catch (const Error& e) {
@@ -33,36 +33,34 @@ std::string error_of(const StrategyOptions& options, const Shape& shape = kShape
 
 // Kascade as KASCADE.md defines it (sparse prefill, reuse), which these tests
 // exercise; the defaults (dense prefill, every layer an anchor) are a subset.
-StrategyOptions named(const char* name) {
-  StrategyOptions o;
-  o.name = name;
+AttentionOptions named(const char* name) {
+  AttentionOptions o;
+  set_attention_option(o, "attention", name);
   o.sparse_phases = SparsePhases::Both;
   o.all_anchors = false;
   return o;
 }
 
 TEST(AttentionOptions, EveryNameBuilds) {
-  for (std::string_view name : strategy_names()) {
-    StrategyOptions o = named(std::string(name).c_str());
+  for (std::string_view name : method_names()) {
+    AttentionOptions o = named(std::string(name).c_str());
     auto strategy = make_strategy(o, kShape);
     EXPECT_EQ(strategy->name(), name);
   }
   EXPECT_EQ(make_strategy(named("kascade"), kShape)->prefill_alignment(), 32);
-  StrategyOptions defaults;
-  defaults.name = "kascade";
+  AttentionOptions defaults;
+  defaults.method = Method::Kascade;
   EXPECT_EQ(make_strategy(defaults, kShape)->prefill_alignment(), 1);  // dense prefill
   EXPECT_TRUE(make_strategy(defaults, kShape)->dense_prefill());
 }
 
 TEST(AttentionOptions, BadOptionsRaiseErrors) {
-  EXPECT_NE(error_of(named("flash")).find("unknown attention strategy 'flash'"), std::string::npos);
-  EXPECT_NE(error_of(named("flash")).find("kascade, oracle-topk, streaming"), std::string::npos);
   for (double p : {0.0, -5.0, 100.5, std::nan("")}) {
-    StrategyOptions o = named("kascade");
+    AttentionOptions o = named("kascade");
     o.budget_percent = p;
     EXPECT_NE(error_of(o).find("outside (0, 100]"), std::string::npos) << p;
   }
-  StrategyOptions o = named("kascade");
+  AttentionOptions o = named("kascade");
   o.tile = 0;
   EXPECT_NE(error_of(o).find("tile size 0"), std::string::npos);
   o = named("kascade");
@@ -85,9 +83,56 @@ TEST(AttentionOptions, BadOptionsRaiseErrors) {
   EXPECT_NE(error_of(named("dense"), Shape{2, 8, 4, 60}).find("head_dim 60"), std::string::npos);
 }
 
+// The settings every front end parses through (kascade/options.h).
+std::string setting_error(const char* name, const char* value) {
+  AttentionOptions o;
+  try {
+    set_attention_option(o, name, value);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(AttentionOptions, SettingsParseAndRefuse) {
+  AttentionOptions o;
+  set_attention_option(o, "attention", "quest");
+  EXPECT_EQ(o.method, Method::Quest);
+  set_attention_option(o, "budget", "2.5");
+  EXPECT_EQ(o.budget_percent, 2.5);
+  set_attention_option(o, "min-k", "16");
+  EXPECT_EQ(o.min_k, 16);
+  set_attention_option(o, "reuse", "");
+  EXPECT_FALSE(o.all_anchors);
+  set_attention_option(o, "reuse", "false");
+  EXPECT_TRUE(o.all_anchors);
+  set_attention_option(o, "sparse-phases", "both");
+  EXPECT_EQ(o.sparse_phases, SparsePhases::Both);
+  set_attention_option(o, "window-fraction", "0.3");
+  EXPECT_EQ(o.window_fraction, 0.3);
+  EXPECT_NE(setting_error("attention", "flash").find("attention: unknown method 'flash'"), std::string::npos);
+  EXPECT_NE(setting_error("attention", "flash").find("kascade, oracle-topk, streaming"), std::string::npos);
+  for (const char* p : {"0", "-5", "100.5", "nan", "inf", "", "5x", "1e400"})
+    EXPECT_NE(setting_error("budget", p).find("not a percentage in (0, 100]"), std::string::npos) << p;
+  EXPECT_NE(setting_error("min-k", "0").find("[1, 2^30]"), std::string::npos);
+  EXPECT_NE(setting_error("min-k", "1.5").find("whole number"), std::string::npos);
+  EXPECT_NE(setting_error("refine", "65").find("[1, 64]"), std::string::npos);
+  EXPECT_NE(setting_error("reuse", "yes").find("true or false"), std::string::npos);
+  EXPECT_NE(setting_error("sparse-phases", "all").find("both, decode or prefill"), std::string::npos);
+  EXPECT_NE(setting_error("window-fraction", "2").find("[0, 1]"), std::string::npos);
+  EXPECT_NE(setting_error("bduget", "5").find("unknown attention setting 'bduget'"), std::string::npos);
+  // Every setting's current value parses back to itself.
+  AttentionOptions defaults;
+  for (const AttentionSetting& setting : attention_settings()) {
+    AttentionOptions copy = defaults;
+    set_attention_option(copy, setting.name, setting.current(defaults));
+    EXPECT_EQ(setting.current(copy), setting.current(defaults)) << setting.name;
+  }
+}
+
 TEST(AttentionOptions, BadProfilesRaiseErrors) {
   auto profile_error = [](void (*edit)(KascadeProfile&)) {
-    StrategyOptions o = named("kascade");
+    AttentionOptions o = named("kascade");
     o.profile = default_profile(kShape);
     edit(*o.profile);
     return error_of(o);
@@ -239,11 +284,11 @@ TEST(AttentionOptions, FullBudgetEqualsDense) {
     auto dense = make_dense(shape);
     const std::vector<float> want = run_outputs(*dense, p, chunks);
     for (const char* name : {"kascade", "oracle-topk", "streaming", "quest", "omnikv", "lessismore"}) {
-      StrategyOptions full = named(name);
+      AttentionOptions full = named(name);
       full.budget_percent = 100;
       auto strategy = make_strategy(full, shape);
       EXPECT_EQ(run_outputs(*strategy, p, chunks), want) << name << " p = 100";
-      StrategyOptions big = named(name);
+      AttentionOptions big = named(name);
       big.min_k = 1000;  // budget(N) = N for every N here
       strategy = make_strategy(big, shape);
       EXPECT_EQ(run_outputs(*strategy, p, chunks), want) << name << " budget >= N";
@@ -256,7 +301,7 @@ TEST(AttentionOptions, ReuseLayerBeforeItsAnchorRaisesError) {
   const Problem p = reference::make_problem(shape, 64, KvType::F32, 13);
   reference::LiveCache cache(p);
   cache.write(p, 0, 64);
-  StrategyOptions o = named("kascade");
+  AttentionOptions o = named("kascade");
   o.min_k = 4;
   o.dense_layers = std::vector<int>{};
   auto strategy = make_strategy(o, shape);  // default profile: every layer of 3 is an anchor
@@ -278,7 +323,7 @@ TEST(AttentionOptions, DiagnosticsReportKeptMassAndError) {
   const Shape shape{3, 6, 2, 64};
   const Problem p = reference::make_problem(shape, 260, KvType::F16, 14, 3.0);
   const auto chunks = reference::schedule({256}, 260);
-  StrategyOptions o = named("kascade");
+  AttentionOptions o = named("kascade");
   o.min_k = 8;
   Recorder recorder;
   auto strategy = with_diagnostics(make_strategy(o, shape), shape, recorder);

@@ -46,9 +46,9 @@ const std::vector<Case>& cases() {
 
 // Kascade as KASCADE.md defines it (sparse prefill, reuse); the variants
 // below include the defaults.
-StrategyOptions options(const char* name, const Case& c) {
-  StrategyOptions o;
-  o.name = name;
+AttentionOptions options(const char* name, const Case& c) {
+  AttentionOptions o;
+  set_attention_option(o, "attention", name);
   o.sparse_phases = SparsePhases::Both;
   o.all_anchors = false;
   o.min_k = 8;  // small, so that budgets select at these lengths
@@ -80,7 +80,7 @@ KascadeProfile test_profile(const Shape& shape, uint64_t seed) {
   return profile;
 }
 
-reference::KascadeSettings settings(const StrategyOptions& o, const KascadeProfile& profile) {
+reference::KascadeSettings settings(const AttentionOptions& o, const KascadeProfile& profile) {
   reference::KascadeSettings s;
   s.percent = o.budget_percent;
   s.min_k = o.min_k;
@@ -111,7 +111,7 @@ TEST(AttentionStrategies, DenseMatchesReference) {
 
 TEST(AttentionStrategies, KascadeMatchesReference) {
   for (const Case& c : cases()) {
-    StrategyOptions o = options("kascade", c);
+    AttentionOptions o = options("kascade", c);
     o.profile = test_profile(c.shape, 7);
     auto fast = make_strategy(o, c.shape);
     reference::KascadeRef ref(settings(o, *o.profile));
@@ -123,31 +123,31 @@ TEST(AttentionStrategies, KascadeAblationsMatchReference) {
   const Case& c = cases()[2];  // g = 3
   struct Variant {
     const char* label;
-    void (*apply)(StrategyOptions&);
+    void (*apply)(AttentionOptions&);
   };
   const Variant variants[] = {
-      {"all-heads-pooled", [](StrategyOptions& o) { o.all_heads_pooled = true; }},
-      {"no-remap", [](StrategyOptions& o) { o.no_remap = true; }},
-      {"pre-softmax", [](StrategyOptions& o) { o.pre_softmax_pooling = true; }},
-      {"fixed-budget", [](StrategyOptions& o) { o.fixed_budget = true; }},
-      {"dense layers {1}", [](StrategyOptions& o) { o.dense_layers = std::vector<int>{1}; }},
-      {"p = 25", [](StrategyOptions& o) { o.budget_percent = 25; }},
-      {"decode-only", [](StrategyOptions& o) { o.sparse_phases = SparsePhases::DecodeOnly; }},
-      {"prefill-only", [](StrategyOptions& o) { o.sparse_phases = SparsePhases::PrefillOnly; }},
-      {"all-anchors", [](StrategyOptions& o) { o.all_anchors = true; }},
-      {"own-tile-in-budget", [](StrategyOptions& o) { o.own_tile_in_budget = true; }},
-      {"the defaults", [](StrategyOptions& o) {
-         const StrategyOptions defaults;
+      {"all-heads-pooled", [](AttentionOptions& o) { o.all_heads_pooled = true; }},
+      {"no-remap", [](AttentionOptions& o) { o.no_remap = true; }},
+      {"pre-softmax", [](AttentionOptions& o) { o.pre_softmax_pooling = true; }},
+      {"fixed-budget", [](AttentionOptions& o) { o.fixed_budget = true; }},
+      {"dense layers {1}", [](AttentionOptions& o) { o.dense_layers = std::vector<int>{1}; }},
+      {"p = 25", [](AttentionOptions& o) { o.budget_percent = 25; }},
+      {"decode-only", [](AttentionOptions& o) { o.sparse_phases = SparsePhases::DecodeOnly; }},
+      {"prefill-only", [](AttentionOptions& o) { o.sparse_phases = SparsePhases::PrefillOnly; }},
+      {"all-anchors", [](AttentionOptions& o) { o.all_anchors = true; }},
+      {"own-tile-in-budget", [](AttentionOptions& o) { o.own_tile_in_budget = true; }},
+      {"the defaults", [](AttentionOptions& o) {
+         const AttentionOptions defaults;
          o.sparse_phases = defaults.sparse_phases, o.all_anchors = defaults.all_anchors;
        }},
-      {"refine 2, no-remap", [](StrategyOptions& o) { o.refine_factor = 2, o.no_remap = true; }},
-      {"refine 3, all-heads-pooled", [](StrategyOptions& o) { o.refine_factor = 3, o.all_heads_pooled = true; }},
-      {"refine 3, decode-only", [](StrategyOptions& o) {
+      {"refine 2, no-remap", [](AttentionOptions& o) { o.refine_factor = 2, o.no_remap = true; }},
+      {"refine 3, all-heads-pooled", [](AttentionOptions& o) { o.refine_factor = 3, o.all_heads_pooled = true; }},
+      {"refine 3, decode-only", [](AttentionOptions& o) {
          o.refine_factor = 3, o.sparse_phases = SparsePhases::DecodeOnly;
        }},
   };
   for (const Variant& v : variants) {
-    StrategyOptions o = options("kascade", c);
+    AttentionOptions o = options("kascade", c);
     o.profile = test_profile(c.shape, 11);
     v.apply(o);
     auto fast = make_strategy(o, c.shape);
@@ -158,7 +158,7 @@ TEST(AttentionStrategies, KascadeAblationsMatchReference) {
 
 TEST(AttentionStrategies, KascadeRefinedReuseMatchesReference) {
   for (const Case& c : cases()) {
-    StrategyOptions o = options("kascade", c);
+    AttentionOptions o = options("kascade", c);
     o.profile = test_profile(c.shape, 13);
     o.refine_factor = 3;
     o.dense_layers = std::vector<int>{};  // layer 0 sparse too: its own top budget inside the candidates shows
@@ -171,7 +171,7 @@ TEST(AttentionStrategies, KascadeRefinedReuseMatchesReference) {
 // Duplicated keys make exact ties in the pooled scores; the lower index wins.
 TEST(AttentionStrategies, KascadeBreaksTiesTowardLowerIndex) {
   for (const Case& c : {cases()[1], cases()[3]}) {
-    StrategyOptions o = options("kascade", c);
+    AttentionOptions o = options("kascade", c);
     o.profile = test_profile(c.shape, 5);
     auto fast = make_strategy(o, c.shape);
     reference::KascadeRef ref(settings(o, *o.profile));
@@ -193,7 +193,7 @@ TEST(AttentionStrategies, StreamingMatchesReference) {
     auto fast = make_strategy(options("streaming", c), c.shape);
     reference::StreamingRef ref(10, 8, 4, 0);
     run(*fast, ref, c, 6, std::string("streaming ") + c.label);
-    StrategyOptions o = options("streaming", c);
+    AttentionOptions o = options("streaming", c);
     o.window_fraction = 0.3;
     auto wide = make_strategy(o, c.shape);
     reference::StreamingRef wide_ref(10, 8, 4, 0.3);
@@ -207,7 +207,7 @@ TEST(AttentionStrategies, StreamingMatchesReference) {
 TEST(AttentionStrategies, StreamingKeepsARecentWindowWhateverTheSinks) {
   for (const Case& c : {cases()[1], cases()[6]}) {
     for (const int64_t sinks : {int64_t(5), int64_t(40), int64_t(500)}) {
-      StrategyOptions o = options("streaming", c);
+      AttentionOptions o = options("streaming", c);
       o.sink_tokens = sinks;
       auto fast = make_strategy(o, c.shape);
       reference::StreamingRef ref(10, 8, sinks, 0);
@@ -247,7 +247,7 @@ TEST(AttentionStrategies, OmniKvMatchesReference) {
   for (const Case& c : decode_cases()) {
     const int L = c.shape.n_layers;
     const std::vector<int> filters = L >= 6 ? std::vector<int>{1, 3} : std::vector<int>{1};
-    StrategyOptions o = options("omnikv", c);
+    AttentionOptions o = options("omnikv", c);
     o.filter_layers = filters;
     auto fast = make_strategy(o, c.shape);
     std::set<int> dense{0, 1};
@@ -259,7 +259,7 @@ TEST(AttentionStrategies, OmniKvMatchesReference) {
 
 TEST(AttentionStrategies, LessIsMoreMatchesReference) {
   for (const Case& c : decode_cases()) {
-    StrategyOptions o = options("lessismore", c);
+    AttentionOptions o = options("lessismore", c);
     o.selection_layers = std::vector<int>{1, 3};
     o.budget_percent = 20;
     auto fast = make_strategy(o, c.shape);

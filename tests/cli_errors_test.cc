@@ -136,7 +136,7 @@ TEST_F(CliErrors, ShortSpinReexecutionKeepsTheRun) {
   const std::string missing = path("missing.gguf");
   expect_error(run({"info", missing}, unset), {missing, "cannot open"});
   expect_error(run({"generate", "-m", kTinyLlama, "--raw", "-p", "hi", "-n", "4", "--budget", "0"}, unset),
-               {"budget 0%"});
+               {"--budget '0' is not a percentage in (0, 100]"});
 
   const std::vector<std::string> args{"generate", "-m", kTinyLlama, "-p", "hello world", "--raw", "-n", "8", "-q"};
   const Outcome reexecuted = run(args, unset);
@@ -232,13 +232,13 @@ struct FlagCase {
 TEST_F(CliErrors, BadGenerateFlags) {
   const FlagCase cases[] = {
       {{"--bogus"}, {"--bogus"}},
-      {{"--budget", "0"}, {"budget 0%"}},
-      {{"--budget", "150"}, {"budget 150%"}},
-      {{"--budget", "nan"}, {"budget nan%"}},
+      {{"--budget", "0"}, {"--budget '0' is not a percentage in (0, 100]"}},
+      {{"--budget", "150"}, {"--budget '150'"}},
+      {{"--budget", "nan"}, {"--budget 'nan'"}},
       {{"--budget", "lots"}, {"--budget", "lots"}},
-      {{"--tile", "0"}, {"tile size 0"}},
-      {{"--min-k", "0"}, {"min_k 0"}},
-      {{"--attention", "nosuch"}, {"unknown attention strategy 'nosuch'"}},
+      {{"--tile", "0"}, {"--tile '0'"}},
+      {{"--min-k", "0"}, {"--min-k '0'"}},
+      {{"--attention", "nosuch"}, {"--attention: unknown method 'nosuch'"}},
       {{"--threads", "-1"}, {"--threads", "must not be negative, got -1"}},
       {{"--threads", "100000"}, {"--threads", "at most 1024"}},
       {{"-n", "-1"}, {"--max-tokens", "must not be negative"}},
@@ -248,7 +248,7 @@ TEST_F(CliErrors, BadGenerateFlags) {
       {{"--repeat-penalty", "0"}, {"repetition penalty"}},
       {{"--kv-type", "f8"}, {"--kv-type", "'f8'"}},
       {{"--stop", ""}, {"stop string 0 is empty"}},
-      {{"--window-fraction", "2", "--attention", "streaming"}, {"window fraction 2"}},
+      {{"--window-fraction", "2", "--attention", "streaming"}, {"--window-fraction '2'"}},
       {{"--demo"}, {"give only one of"}},
   };
   for (const auto& c : cases) {

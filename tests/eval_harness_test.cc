@@ -28,13 +28,13 @@ namespace {
 
 TEST(EvalStrategySpec, ParsesVariants) {
   StrategySpec s = parse_strategy_spec("kascade", 10);
-  EXPECT_EQ(s.options.name, "kascade");
+  EXPECT_EQ(s.options.method, Method::Kascade);
   EXPECT_EQ(s.options.budget_percent, 10);
   s = parse_strategy_spec("kascade-p5", 10);
   EXPECT_EQ(s.label, "kascade-p5");
   EXPECT_EQ(s.options.budget_percent, 5);
   s = parse_strategy_spec("oracle-topk-p2.5", 10);
-  EXPECT_EQ(s.options.name, "oracle-topk");
+  EXPECT_EQ(s.options.method, Method::OracleTopK);
   EXPECT_EQ(s.options.budget_percent, 2.5);
   s = parse_strategy_spec("kascade-all-heads-pooled", 20);
   EXPECT_TRUE(s.options.all_heads_pooled);
@@ -43,19 +43,19 @@ TEST(EvalStrategySpec, ParsesVariants) {
   s = parse_strategy_spec("kascade-no-remap-p5-fixed-budget", 10);
   EXPECT_TRUE(s.options.no_remap && s.options.fixed_budget);
   EXPECT_EQ(s.options.budget_percent, 5);
-  EXPECT_EQ(parse_strategy_spec("quest-p20", 10).options.name, "quest");
+  EXPECT_EQ(parse_strategy_spec("quest-p20", 10).options.method, Method::Quest);
   s = parse_strategy_spec("kascade", 10);  // the defaults: dense prefill, every layer an anchor
-  EXPECT_EQ(s.options.sparse_phases, attention::SparsePhases::DecodeOnly);
+  EXPECT_EQ(s.options.sparse_phases, SparsePhases::DecodeOnly);
   EXPECT_TRUE(s.options.all_anchors);
   s = parse_strategy_spec("kascade-reuse-refine3", 10);
   EXPECT_EQ(s.options.refine_factor, 3);
   EXPECT_FALSE(s.options.all_anchors);
-  EXPECT_EQ(s.options.sparse_phases, attention::SparsePhases::DecodeOnly);
+  EXPECT_EQ(s.options.sparse_phases, SparsePhases::DecodeOnly);
   s = parse_strategy_spec("kascade-reuse-sparse-prefill", 10);  // the paper's method
-  EXPECT_EQ(s.options.sparse_phases, attention::SparsePhases::Both);
+  EXPECT_EQ(s.options.sparse_phases, SparsePhases::Both);
   EXPECT_FALSE(s.options.all_anchors);
   s = parse_strategy_spec("kascade-prefill-only-reuse-own-tile-in-budget-mink64", 10);
-  EXPECT_EQ(s.options.sparse_phases, attention::SparsePhases::PrefillOnly);
+  EXPECT_EQ(s.options.sparse_phases, SparsePhases::PrefillOnly);
   EXPECT_TRUE(!s.options.all_anchors && s.options.own_tile_in_budget);
   EXPECT_EQ(s.options.min_k, 64);
   EXPECT_EQ(parse_strategy_spec("oracle-topk-mink32", 10).options.min_k, 32);

@@ -28,7 +28,7 @@ struct Outcome {
   std::vector<int32_t> greedy;
 };
 
-Outcome run(const model::Model& model, const attention::StrategyOptions& options, const std::vector<int32_t>& prompt,
+Outcome run(const model::Model& model, const AttentionOptions& options, const std::vector<int32_t>& prompt,
         int n_new) {
   model::Sequence seq = model.new_sequence(int64_t(prompt.size()) + n_new, attention::KvType::F32,
                                            attention::make_strategy(options, model.config().attention_shape()));
@@ -51,7 +51,7 @@ class KascadeModel : public ::testing::Test {
     ops::configure_threads(0);
     model_ = std::make_unique<model::Model>(model::Model::load(default_model_path()));
     prompt_ = fixture_tokens();
-    dense_ = run(*model_, attention::StrategyOptions{}, prompt_, kNew);
+    dense_ = run(*model_, AttentionOptions{}, prompt_, kNew);
   }
   static void TearDownTestSuite() { model_.reset(); }
   static constexpr int kNew = 16;
@@ -71,8 +71,8 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST_F(KascadeModel, FullBudgetEqualsDense) {
   for (const char* name : {"kascade", "oracle-topk"}) {
-    attention::StrategyOptions options;
-    options.name = name;
+    AttentionOptions options;
+    set_attention_option(options, "attention", name);
     options.budget_percent = 100;
     options.min_k = 1;  // selection runs at every length, not only past 128 keys
     const Outcome sparse = run(*model_, options, prompt_, kNew);
@@ -83,8 +83,8 @@ TEST_F(KascadeModel, FullBudgetEqualsDense) {
 
 TEST_F(KascadeModel, TenPercentStaysCloseToDense) {
   for (const char* name : {"kascade", "oracle-topk", "streaming", "quest", "omnikv", "lessismore"}) {
-    attention::StrategyOptions options;
-    options.name = name;
+    AttentionOptions options;
+    set_attention_option(options, "attention", name);
     options.budget_percent = 10;
     const Outcome sparse = run(*model_, options, prompt_, kNew);
     // The next-token distribution after a 600-token prompt keeps its top choice

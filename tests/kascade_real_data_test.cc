@@ -88,9 +88,9 @@ TEST(KascadeRealData, MatchesTheReferenceOnANeedlePrompt) {
     }
   }
 
-  attention::StrategyOptions options;
-  options.name = "kascade";
-  options.sparse_phases = attention::SparsePhases::Both;  // the method with reuse: the defaults are a subset
+  AttentionOptions options;
+  options.method = Method::Kascade;
+  options.sparse_phases = SparsePhases::Both;  // the method with reuse: the defaults are a subset
   options.all_anchors = false;
   options.min_k = 32;  // budget 10 %: sparse selections from 320 keys on
   options.profile = model::resolve_profile("", path, model.config(), model.file(), true);

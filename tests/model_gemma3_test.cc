@@ -149,8 +149,8 @@ TEST_F(TinyGemma3, MatchesTransformersAtEveryPosition) {
 }
 
 TEST_F(TinyGemma3, KascadeAtFullBudgetEqualsDense) {
-  attention::StrategyOptions options;
-  options.name = "kascade";
+  AttentionOptions options;
+  options.method = Method::Kascade;
   options.budget_percent = 100;
   options.tile = 8;
   const std::vector<float> kascade =

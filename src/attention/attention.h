@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kascade/shape.h"
+#include "kascade/plan.h"
 
 namespace kascade::attention {
 
@@ -32,7 +32,7 @@ struct LayerCache {
   int64_t capacity = 0;
 };
 
-enum class Phase { Prefill, Decode };
+using kascade::Phase;
 
 struct Step {
   int layer = 0;

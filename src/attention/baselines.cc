@@ -26,7 +26,7 @@ std::vector<Unit> query_units(const Step& step) {
   return units;
 }
 
-int64_t step_budget(const StrategyOptions& options, int64_t n_keys) {
+int64_t step_budget(const AttentionOptions& options, int64_t n_keys) {
   return budget(n_keys, options.budget_percent, options.min_k);
 }
 
@@ -42,7 +42,7 @@ struct StepId {
 // ---------------------------------------------------------------------------
 class StreamingStrategy final : public Strategy {
  public:
-  StreamingStrategy(const StrategyOptions& options, const Shape& shape)
+  StreamingStrategy(const AttentionOptions& options, const Shape& shape)
       : shape_(shape), options_(options), exact_(shape) {}
 
   std::string_view name() const override { return "streaming"; }
@@ -94,7 +94,7 @@ class StreamingStrategy final : public Strategy {
   }
 
   Shape shape_;
-  StrategyOptions options_;
+  AttentionOptions options_;
   ExactAttention exact_;
   std::vector<Unit> units_;
   std::vector<std::vector<int32_t>> sets_;
@@ -105,7 +105,7 @@ class StreamingStrategy final : public Strategy {
 // ---------------------------------------------------------------------------
 class QuestStrategy final : public Strategy {
  public:
-  QuestStrategy(const StrategyOptions& options, const Shape& shape)
+  QuestStrategy(const AttentionOptions& options, const Shape& shape)
       : shape_(shape),
         options_(options),
         dense_(layer_flags(options.dense_layers, {0, 1}, shape.n_layers)),
@@ -225,7 +225,7 @@ class QuestStrategy final : public Strategy {
   }
 
   Shape shape_;
-  StrategyOptions options_;
+  AttentionOptions options_;
   std::vector<bool> dense_;
   ExactAttention exact_;
   std::vector<PageTable> pages_;
@@ -240,7 +240,7 @@ class QuestStrategy final : public Strategy {
 // later layers attending that set.
 class SharedSetStrategy : public Strategy {
  public:
-  SharedSetStrategy(const StrategyOptions& options, const Shape& shape, std::vector<bool> selecting,
+  SharedSetStrategy(const AttentionOptions& options, const Shape& shape, std::vector<bool> selecting,
                     std::vector<bool> dense)
       : shape_(shape),
         options_(options),
@@ -282,7 +282,7 @@ class SharedSetStrategy : public Strategy {
   virtual void choose(const Step& step, std::span<const Unit> units) = 0;
 
   Shape shape_;
-  StrategyOptions options_;
+  AttentionOptions options_;
   std::vector<bool> selecting_, dense_;
   ExactAttention exact_;
   std::vector<Unit> units_;
@@ -293,7 +293,7 @@ class SharedSetStrategy : public Strategy {
 
 class OmniKvStrategy final : public SharedSetStrategy {
  public:
-  OmniKvStrategy(const StrategyOptions& options, const Shape& shape, std::vector<bool> filters,
+  OmniKvStrategy(const AttentionOptions& options, const Shape& shape, std::vector<bool> filters,
                  std::vector<bool> dense)
       : SharedSetStrategy(options, shape, std::move(filters), std::move(dense)), selector_(shape) {}
   std::string_view name() const override { return "omnikv"; }
@@ -392,15 +392,15 @@ class LessIsMoreStrategy final : public SharedSetStrategy {
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_streaming(const StrategyOptions& options, const Shape& shape) {
+std::unique_ptr<Strategy> make_streaming(const AttentionOptions& options, const Shape& shape) {
   return std::make_unique<StreamingStrategy>(options, shape);
 }
 
-std::unique_ptr<Strategy> make_quest(const StrategyOptions& options, const Shape& shape) {
+std::unique_ptr<Strategy> make_quest(const AttentionOptions& options, const Shape& shape) {
   return std::make_unique<QuestStrategy>(options, shape);
 }
 
-std::unique_ptr<Strategy> make_omnikv(const StrategyOptions& options, const Shape& shape) {
+std::unique_ptr<Strategy> make_omnikv(const AttentionOptions& options, const Shape& shape) {
   const int L = shape.n_layers;
   const std::vector<int> filters =
       options.filter_layers.value_or(scale_layers(std::vector<int>{2, 8, 18}, L));
@@ -411,7 +411,7 @@ std::unique_ptr<Strategy> make_omnikv(const StrategyOptions& options, const Shap
   return std::make_unique<OmniKvStrategy>(options, shape, std::move(is_filter), std::move(dense));
 }
 
-std::unique_ptr<Strategy> make_lessismore(const StrategyOptions& options, const Shape& shape) {
+std::unique_ptr<Strategy> make_lessismore(const AttentionOptions& options, const Shape& shape) {
   const int L = shape.n_layers;
   const std::vector<int> selection =
       options.selection_layers.value_or(scale_layers(std::vector<int>{2, 13}, L));

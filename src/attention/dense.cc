@@ -8,7 +8,7 @@ namespace {
 class DenseStrategy final : public Strategy {
  public:
   explicit DenseStrategy(const Shape& shape) : exact_((check_shape(shape), shape)) {}
-  std::string_view name() const override { return "dense"; }
+  std::string_view name() const override { return method_name(Method::Dense); }
   bool dense_prefill() const override { return true; }
   void forward(const Step& step) override { exact_.dense(step); }
 

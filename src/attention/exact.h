@@ -19,10 +19,6 @@ namespace kascade::attention {
 
 // Throws Error unless the step fits the shape (layer, sizes, pointers, cache).
 void check_step(const Shape& shape, const Step& step);
-// Throws Error unless the shape is usable (positive, H divisible by G, d a
-// multiple of 8 up to 512).
-void check_shape(const Shape& shape);
-
 // A unit of selection: a prefill tile of consecutive queries, or one decode
 // query. Its candidates are keys [0, n_candidates); in prefill it also attends
 // its own keys [start, start + length) causally.

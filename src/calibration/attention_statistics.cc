@@ -8,6 +8,7 @@
 
 #include "attention/kascade_ops.h"
 #include "core/error.h"
+#include "kascade/budget.h"
 #include "ops/simd.h"
 
 namespace kascade::calibration {
@@ -17,7 +18,7 @@ using attention::GroupQueries;
 void validate(const StatisticsSettings& settings) {
   if (settings.tile < 1) fail("calibration tile must be at least 1, got {}", settings.tile);
   if (settings.top_k < 1) fail("calibration top-k must be at least 1, got {}", settings.top_k);
-  if (!(settings.budget_percent > 0 && settings.budget_percent <= 100))
+  if (!valid_budget_percent(settings.budget_percent))
     fail("calibration budget percent must be in (0, 100], got {}", settings.budget_percent);
   if (settings.min_k < 0) fail("calibration min_k must not be negative, got {}", settings.min_k);
 }

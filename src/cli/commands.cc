@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "attention/strategies.h"
+#include "backends/devices.h"
 #include "cli/demo_prompt.h"
 #include "core/error.h"
 #include "core/file_io.h"
@@ -47,7 +47,7 @@ struct GenerateArgs {
   std::string kv_type = "f16";
   std::vector<std::string> stops;
   sampling::SamplerOptions sampling{.temperature = 0.0f};
-  attention::StrategyOptions attention;
+  AttentionOptions attention;
   std::string profile;
   bool quiet = false;
 };
@@ -104,7 +104,7 @@ void run_generate(const GenerateArgs& args) {
   if (!has_prompt_source(args) && isatty(STDIN_FILENO))
     fail("no prompt: give --prompt TEXT, --prompt-file FILE, --demo, or pipe text on stdin");
 
-  const std::unique_ptr<engine::Backend> backend = engine::make_backend(args.device, args.model);
+  const std::unique_ptr<engine::Backend> backend = backends::make_backend(args.device, args.model);
   const tokenizer::Tokenizer tokenizer(backend->file());
   const model::Config& config = backend->config();
   if (args.context > config.context_length)
@@ -131,13 +131,13 @@ void run_generate(const GenerateArgs& args) {
          args.max_tokens, config.context_length);
   const int64_t capacity = args.context > 0 ? args.context : n_prompt + std::max<int64_t>(args.max_tokens, 1);
 
-  attention::StrategyOptions strategy_options = args.attention;
-  if (strategy_options.name == "kascade")
+  AttentionOptions strategy_options = args.attention;
+  if (strategy_options.kascade())
     strategy_options.profile =
         model::resolve_profile(args.profile, args.model, config, backend->file(), args.quiet);
-  if (!args.profile.empty() && strategy_options.name != "kascade")
+  if (!args.profile.empty() && !strategy_options.kascade())
     fmt::print(stderr, "kascade: warning: --profile is read only by --attention kascade; ignored with --attention {}\n",
-               strategy_options.name);
+               method_name(strategy_options.method));
 
   // One request through the scheduler the server uses (engine/scheduler.h).
   engine::Request request;
@@ -205,7 +205,7 @@ void run_info(const std::string& path) {
   } catch (const Error& e) {
     fmt::print("\nmodel: not runnable here: {}\n", e.what());
   }
-  fmt::print("\ndevices:\n{}", engine::describe_devices());
+  fmt::print("\ndevices:\n{}", backends::describe_devices());
 }
 
 }  // namespace
@@ -228,7 +228,7 @@ void register_generate(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt, streaming tokens to stdout");
   cmd->add_option("-m,--model", args->model, "GGUF model file")->capture_default_str();
-  cmd->add_option("--device", args->device, fmt::format("Where to run: {}", engine::supported_devices()))
+  cmd->add_option("--device", args->device, fmt::format("Where to run: {}", backends::supported_devices()))
       ->capture_default_str();
   cmd->add_option("-p,--prompt", args->prompt, "Prompt text");
   cmd->add_option("-f,--prompt-file", args->prompt_file, "Read the prompt from a file");
@@ -253,42 +253,28 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--repeat-last-n", args->sampling.repetition_window, "Tokens the penalty looks back over")
       ->capture_default_str();
   cmd->add_option("--seed", args->sampling.seed, "Random seed")->capture_default_str();
-  attention::StrategyOptions& a = args->attention;
-  cmd->add_option("--attention", a.name, fmt::format("Attention: {}", fmt::join(attention::strategy_names(), ", ")))
-      ->capture_default_str();
-  cmd->add_option("--budget", a.budget_percent, "Sparse budget, percent of the keys")->capture_default_str();
-  cmd->add_option("--min-k", a.min_k, "Keys below which attention stays dense")->capture_default_str();
-  cmd->add_option("--tile", a.tile, "Kascade prefill query tile")->capture_default_str();
   cmd->add_option("--profile", args->profile, "Kascade calibration profile (JSON; default: the shipped one)");
-  cmd->add_flag("--all-heads-pooled", a.all_heads_pooled, "Kascade ablation: one index set for all KV heads");
-  cmd->add_flag("--no-remap", a.no_remap, "Kascade ablation: reuse head h reads anchor head h");
-  cmd->add_flag("--pre-softmax-pooling", a.pre_softmax_pooling, "Kascade ablation: pool logits, not probabilities");
-  cmd->add_flag("--fixed-budget", a.fixed_budget, "Kascade ablation: no rolling per-tile budget");
-  add_kascade_mode_flags(cmd, a);
-  cmd->add_flag("--own-tile-in-budget", a.own_tile_in_budget, "Kascade ablation: a tile's own keys count in its budget");
-  cmd->add_option("--refine", a.refine_factor, "Kascade refined reuse: anchors keep C x budget candidates (1 = off)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  cmd->add_option("--sinks", a.sink_tokens, "Sink tokens (streaming, lessismore)")->capture_default_str();
-  cmd->add_option("--window-fraction", a.window_fraction, "Streaming window as a share of the context (0 = budget)")
-      ->capture_default_str();
+  add_attention_flags(cmd, args->attention);
   cmd->add_flag("-q,--quiet", args->quiet, "No progress bar or summary");
   cmd->callback([args] { run_generate(*args); });
 }
 
-void add_kascade_mode_flags(CLI::App* cmd, attention::StrategyOptions& options) {
-  cmd->add_option("--sparse-phases", options.sparse_phases,
-                  "Kascade: which phases are sparse: decode (dense prefill), both, prefill")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, attention::SparsePhases>{{"both", attention::SparsePhases::Both},
-                                                         {"decode", attention::SparsePhases::DecodeOnly},
-                                                         {"prefill", attention::SparsePhases::PrefillOnly}},
-          CLI::ignore_case))
-      ->default_str("decode");
-  cmd->add_flag_callback(
-      "--reuse", [&options] { options.all_anchors = false; },
-      "Kascade: reuse layers as the profile says (the paper's cross-layer reuse; faster, but it lost "
-      "needles on real models: docs/accuracy.md); default: every layer selects its own keys");
+void add_attention_flags(CLI::App* cmd, AttentionOptions& options) {
+  for (const AttentionSetting& setting : attention_settings()) {
+    const std::string flag = fmt::format("--{}", setting.name);
+    const std::string_view name = setting.name;
+    if (setting.kind == SettingKind::Switch) {
+      cmd->add_flag_callback(flag, [&options, name, flag] { set_attention_option(options, name, "", flag); },
+                             std::string(setting.help));
+      continue;
+    }
+    std::string help(setting.help);
+    if (!setting.choices.empty()) help += fmt::format(" ({})", fmt::join(setting.choices, ", "));
+    cmd->add_option_function<std::string>(
+           flag, [&options, name, flag](const std::string& value) { set_attention_option(options, name, value, flag); },
+           help)
+        ->default_str(setting.current(options));
+  }
 }
 
 void register_info(CLI::App& app) {

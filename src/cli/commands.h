@@ -7,7 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "attention/strategies.h"
+#include "kascade/options.h"
 #include "kascade/profile.h"
 #include "model/model.h"
 
@@ -28,7 +28,8 @@ inline constexpr int64_t kMaxThreads = 1024;
 // would print its bound as a 309-digit number).
 CLI::Validator count_flag(int64_t max);
 
-// Kascade's mode flags, shared by generate and serve: --sparse-phases and --reuse.
-void add_kascade_mode_flags(CLI::App* cmd, attention::StrategyOptions& options);
+// The attention flags of generate and serve (--attention, --budget, --reuse,
+// ...): one per setting of kascade/options.h.
+void add_attention_flags(CLI::App* cmd, AttentionOptions& options);
 
 }  // namespace kascade::cli

@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "core/model_cache.h"
 #include "core/progress.h"
-#include "engine/backend.h"
+#include "backends/devices.h"
 #include "eval/harness.h"
 #include "eval/report.h"
 #include "model/fingerprint.h"
@@ -65,16 +65,16 @@ void run_eval_command(EvalArgs& args) {
   eval::prepare_output_dir(args.out, {args.model, args.haystack, args.profile});
   if (!args.profile.empty() &&
       std::none_of(request.strategies.begin(), request.strategies.end(),
-                   [](const eval::StrategySpec& spec) { return spec.options.name == "kascade"; }))
+                   [](const eval::StrategySpec& spec) { return spec.options.kascade(); }))
     fmt::print(stderr, "kascade: warning: --profile is read only by kascade strategies, and --strategies lists none\n");
   const eval::Corpus corpus = eval::Corpus::load(args.haystack);
   ops::configure_threads(args.threads);
 
-  const std::unique_ptr<engine::Backend> backend = engine::make_backend(args.device, args.model);
+  const std::unique_ptr<engine::Backend> backend = backends::make_backend(args.device, args.model);
   const tokenizer::Tokenizer tokenizer(backend->file());
   const eval::EvalPlan plan = eval::plan_eval(options, backend->config().context_length);
   for (const eval::StrategySpec& spec : plan.strategies)
-    if (spec.options.name == "kascade") {
+    if (spec.options.kascade()) {
       options.kascade_profile =
           model::resolve_profile(args.profile, args.model, backend->config(), backend->file(), args.quiet);
       break;
@@ -108,7 +108,7 @@ void register_eval(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "eval", "Long-context accuracy (RULER-style tasks) and perplexity of attention strategies, with tables and plots");
   cmd->add_option("-m,--model", args->model, "GGUF model file")->capture_default_str();
-  cmd->add_option("--device", args->device, fmt::format("Where to run: {}", engine::supported_devices()))
+  cmd->add_option("--device", args->device, fmt::format("Where to run: {}", backends::supported_devices()))
       ->capture_default_str();
   cmd->add_option("--strategies", args->strategies,
                   "Comma-separated strategies: NAME[-p<percent>][-mink<keys>][-reuse][-sparse-prefill|-prefill-only]"

@@ -9,7 +9,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/model_cache.h"
-#include "engine/backend.h"
+#include "backends/devices.h"
 #include "model/fingerprint.h"
 #include "ops/threading.h"
 #include "tokenizer/tokenizer.h"
@@ -26,7 +26,7 @@ struct ServeArgs {
   int64_t context = 0;
   int64_t kv_tokens = 0;
   int threads = 0;
-  attention::StrategyOptions attention;
+  AttentionOptions attention;
   std::string profile;
 #ifdef KASCADE_HAVE_SERVER
   server::ServerOptions server;
@@ -39,7 +39,7 @@ void run_serve(ServeArgs& args) {
   if (args.server.api_key.empty())
     if (const char* key = std::getenv("KASCADE_API_KEY")) args.server.api_key = key;
   ops::configure_threads(args.threads);
-  const std::unique_ptr<engine::Backend> backend = engine::make_backend(args.device, args.model);
+  const std::unique_ptr<engine::Backend> backend = backends::make_backend(args.device, args.model);
   const tokenizer::Tokenizer tokenizer(backend->file());
   const model::Config& config = backend->config();
 
@@ -49,12 +49,10 @@ void run_serve(ServeArgs& args) {
     fail("--ctx-size {} exceeds the model's context of {} tokens", args.context, config.context_length);
   defaults.context = args.context > 0 ? args.context : config.context_length;
   defaults.attention = args.attention;
-  attention::StrategyOptions kascade_options = args.attention;
-  kascade_options.name = "kascade";
   // Kascade's profile, as `generate` resolves it, for every request that asks for kascade.
   defaults.profile = model::resolve_profile(args.profile, args.model, config, backend->file(), args.server.quiet);
-  if (defaults.attention.name == "kascade") defaults.attention.profile = defaults.profile;
-  attention::make_strategy(defaults.attention, config.attention_shape());  // the flags' checks, before serving
+  if (defaults.attention.kascade()) defaults.attention.profile = defaults.profile;
+  validate_attention(defaults.attention, config.attention_shape());  // the flags' checks, before serving
 
   // KV memory: --kv-tokens, else a full context for each parallel request.
   const int64_t kv_tokens = args.kv_tokens > 0 ? args.kv_tokens : args.server.parallel * defaults.context;
@@ -72,7 +70,7 @@ void register_serve(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
   cmd->add_option("-m,--model", args->model, "GGUF model file")->capture_default_str();
-  cmd->add_option("--device", args->device, fmt::format("Where to run: {}", engine::supported_devices()))
+  cmd->add_option("--device", args->device, fmt::format("Where to run: {}", backends::supported_devices()))
       ->capture_default_str();
   cmd->add_option("-c,--ctx-size", args->context, "Context of one request, prompt + completion (0 = the model's)")
       ->capture_default_str()
@@ -82,15 +80,8 @@ void register_serve(CLI::App& app) {
       ->check(count_flag(INT64_MAX));
   cmd->add_option("-t,--threads", args->threads, "Threads (0 = all cores)")->capture_default_str()
       ->check(count_flag(kMaxThreads));
-  attention::StrategyOptions& a = args->attention;
-  cmd->add_option("--attention", a.name,
-                  fmt::format("Default attention: {}", fmt::join(attention::strategy_names(), ", ")))
-      ->capture_default_str();
-  cmd->add_option("--budget", a.budget_percent, "Sparse budget, percent of the keys")->capture_default_str();
-  cmd->add_option("--min-k", a.min_k, "Keys below which attention stays dense")->capture_default_str();
-  cmd->add_option("--tile", a.tile, "Kascade prefill query tile")->capture_default_str();
   cmd->add_option("--profile", args->profile, "Kascade calibration profile (JSON; default: the shipped one)");
-  add_kascade_mode_flags(cmd, a);
+  add_attention_flags(cmd, args->attention);
 #ifdef KASCADE_HAVE_SERVER
   server::ServerOptions& s = args->server;
   cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str();

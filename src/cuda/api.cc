@@ -13,15 +13,6 @@
 #include "cuda/kernels.h"
 
 namespace kascade::cuda {
-namespace detail {
-
-void unsupported(const char* what, int64_t value) { fail("cuda kernels: unsupported {}: {}", what, value); }
-
-void check_cuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) fail("cuda: {} failed: {}", what, cudaGetErrorString(status));
-}
-
-}  // namespace detail
 
 using detail::check_cuda;
 using detail::kPrefillBlockRows;
@@ -151,25 +142,32 @@ class Carver {
   int64_t used_ = 0;
 };
 
+detail::CallGeometry call_geometry(const AttentionArgs& args) {
+  detail::CallGeometry g;
+  g.queries = args.queries;
+  g.keys = args.keys;
+  g.values = args.values;
+  g.kv_head_stride = args.capacity * args.head_dim;
+  g.seq_lens = args.seq_lens;
+  g.batch = args.batch;
+  g.n_heads = args.n_heads;
+  g.n_kv_heads = args.n_kv_heads;
+  g.group = args.n_heads / args.n_kv_heads;
+  g.max_seq_len = args.max_seq_len;
+  g.scale_log2 = scale_log2(args.head_dim);
+  return g;
+}
+
 detail::DecodeParams decode_params(const AttentionArgs& args) {
   detail::DecodeParams p;
-  p.queries = args.queries;
-  p.keys = args.keys;
-  p.values = args.values;
-  p.kv_head_stride = args.capacity * args.head_dim;
+  static_cast<detail::CallGeometry&>(p) = call_geometry(args);
   if (args.page_table) {
     p.page_table = args.page_table;
     p.page_shift = std::countr_zero(unsigned(args.page_size));
     p.page_table_stride = args.page_table_stride;
   }
-  p.seq_lens = args.seq_lens;
-  p.batch = args.batch;
-  p.n_heads = args.n_heads;
-  p.n_kv_heads = args.n_kv_heads;
-  p.group = args.n_heads / args.n_kv_heads;
   p.head_blocks = (p.group + kMaxHeadsPerDecodeBlock - 1) / kMaxHeadsPerDecodeBlock;
   p.heads_per_block = (p.group + p.head_blocks - 1) / p.head_blocks;
-  p.scale_log2 = scale_log2(args.head_dim);
   p.output = args.output;
   return p;
 }
@@ -204,23 +202,32 @@ void run_decode_pass(detail::DecodeParams p, DType dtype, int head_dim, detail::
   if (p.splits > 1) detail::launch_decode_merge(p, dtype, head_dim, with_output, programmatic_launches(), stream);
 }
 
+// An attention pass of a standalone call (dense, or over p's index sets of
+// at most max_keys keys) in as many splits as fill the device, its split
+// partials at the start of the workspace.
+void attend_in_splits(detail::DecodeParams p, const AttentionArgs& args, int64_t max_keys, Workspace& workspace,
+                      cudaStream_t stream) {
+  p.splits = plan_splits(p, max_keys, detail::decode_blocks_per_sm(args.dtype, args.head_dim, detail::DecodeMode::Attend,
+                                                                   p.indices != nullptr));
+  Carver sizing(nullptr);
+  carve_partials(sizing, p, args.head_dim);
+  Carver carver(static_cast<char*>(workspace.reserve(sizing.used())));
+  carve_partials(carver, p, args.head_dim);
+  run_decode_pass(p, args.dtype, args.head_dim, detail::DecodeMode::Attend, false, stream);
+}
+
 detail::PrefillParams prefill_params(const AttentionArgs& args) {
   detail::PrefillParams p;
-  p.queries = args.queries;
-  p.keys = args.keys;
-  p.values = args.values;
-  p.kv_head_stride = args.capacity * args.head_dim;
-  p.seq_lens = args.seq_lens;
-  p.batch = args.batch;
-  p.n_heads = args.n_heads;
-  p.n_kv_heads = args.n_kv_heads;
-  p.group = args.n_heads / args.n_kv_heads;
-  p.max_seq_len = args.max_seq_len;
+  static_cast<detail::CallGeometry&>(p) = call_geometry(args);
   p.query_start = args.query_start;
   p.row_blocks = 1;  // block_queries: set by the launch of a causal pass
-  p.scale_log2 = scale_log2(args.head_dim);
   p.output = args.output;
   return p;
+}
+
+void validate_budget(const Budget& budget, const char* call) {
+  if (!kascade::valid_budget_percent(budget.percent) || budget.min_keys < 0)
+    fail("{}: budget percent {} / min_keys {} out of range", call, budget.percent, budget.min_keys);
 }
 
 // Also checks the call's query_start against the sets' tiles (after validate(args)).
@@ -295,13 +302,7 @@ void dense_decode(const AttentionArgs& args, float* lse, Workspace& workspace, c
   require_whole_query(args, "dense_decode");
   detail::DecodeParams p = decode_params(args);
   p.lse = lse;
-  p.splits = plan_splits(p, args.max_seq_len,
-                         detail::decode_blocks_per_sm(args.dtype, args.head_dim, detail::DecodeMode::Attend, false));
-  Carver sizing(nullptr);
-  carve_partials(sizing, p, args.head_dim);
-  Carver carver(static_cast<char*>(workspace.reserve(sizing.used())));
-  carve_partials(carver, p, args.head_dim);
-  run_decode_pass(p, args.dtype, args.head_dim, detail::DecodeMode::Attend, false, stream);
+  attend_in_splits(p, args, args.max_seq_len, workspace, stream);
 }
 
 void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_output,
@@ -313,8 +314,7 @@ void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_o
   if (selection.max_keys < max_budget)
     fail("anchor_decode: selection.max_keys {} is below budget({}) = {}", selection.max_keys, args.max_seq_len,
          max_budget);
-  if (!(budget.percent > 0 && budget.percent <= 100) || budget.min_keys < 0)
-    fail("anchor_decode: budget percent {} / min_keys {} out of range", budget.percent, budget.min_keys);
+  validate_budget(budget, "anchor_decode");
 
   const detail::DecodeMode score_mode = dense_output ? detail::DecodeMode::AttendAndScores : detail::DecodeMode::ScoresOnly;
   detail::DecodeParams scoring = decode_params(args);
@@ -351,17 +351,13 @@ void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_o
   run_decode_pass(scoring, args.dtype, args.head_dim, score_mode, false, stream);
 
   detail::PooledSelectParams select;
+  static_cast<detail::CallGeometry&>(select) = call_geometry(args);
   select.scores = scoring.scores;
   select.score_stride = scoring.score_stride;
   select.score_record = scoring.score_record;
   select.score_bounds = scoring.score_bounds;
   select.splits = scoring.splits;
   select.lse = scoring.lse;
-  select.seq_lens = args.seq_lens;
-  select.batch = args.batch;
-  select.n_heads = args.n_heads;
-  select.n_kv_heads = args.n_kv_heads;
-  select.group = scoring.group;
   select.budget = budget;
   select.pooled = pooled;
   select.above = above;
@@ -385,13 +381,7 @@ void reuse_decode(const AttentionArgs& args, const DecodeIndexSets& anchor, cons
   p.counts = anchor.counts;
   p.head_map = head_map;
   p.index_stride = anchor.max_keys;
-  p.splits = plan_splits(p, anchor.max_keys,
-                         detail::decode_blocks_per_sm(args.dtype, args.head_dim, detail::DecodeMode::Attend, true));
-  Carver sizing(nullptr);
-  carve_partials(sizing, p, args.head_dim);
-  Carver carver(static_cast<char*>(workspace.reserve(sizing.used())));
-  carve_partials(carver, p, args.head_dim);
-  run_decode_pass(p, args.dtype, args.head_dim, detail::DecodeMode::Attend, false, stream);
+  attend_in_splits(p, args, anchor.max_keys, workspace, stream);
 }
 
 void top_k(const float* values, int64_t row_stride, const int* lengths, const int* k, int rows, int* out,
@@ -418,8 +408,7 @@ void anchor_prefill(const AttentionArgs& args, const Budget& budget, bool dense_
   validate(args);
   require_contiguous(args, "anchor_prefill");
   validate_prefill_sets(selection, "selection", args);
-  if (!(budget.percent > 0 && budget.percent <= 100) || budget.min_keys < 0)
-    fail("anchor_prefill: budget percent {} / min_keys {} out of range", budget.percent, budget.min_keys);
+  validate_budget(budget, "anchor_prefill");
   const PrefillIndexLayout layout =
       prefill_index_layout(args.max_seq_len, selection.tile, budget, selection.first_tile * selection.tile);
   if (selection.per_head < layout.per_head())
@@ -445,15 +434,7 @@ void anchor_prefill(const AttentionArgs& args, const Budget& budget, bool dense_
                                    dense_output ? detail::PrefillMode::Attend : detail::PrefillMode::LseOnly, stream);
 
   detail::TileSelectParams select;
-  select.queries = args.queries;
-  select.keys = args.keys;
-  select.kv_head_stride = args.capacity * args.head_dim;
-  select.seq_lens = args.seq_lens;
-  select.batch = args.batch;
-  select.n_heads = args.n_heads;
-  select.n_kv_heads = args.n_kv_heads;
-  select.group = args.n_heads / args.n_kv_heads;
-  select.max_seq_len = args.max_seq_len;
+  static_cast<detail::CallGeometry&>(select) = call_geometry(args);
   select.tile = selection.tile;
   select.query_start = args.query_start;
   select.lse = lse;
@@ -462,7 +443,6 @@ void anchor_prefill(const AttentionArgs& args, const Budget& budget, bool dense_
   select.per_head = selection.per_head;
   select.slots = slots;
   select.work_counter = counter;
-  select.scale_log2 = scale_log2(args.head_dim);
   detail::launch_tile_select(select, args.dtype, args.head_dim, stream);
 
   if (!dense_output) reuse_prefill(args, selection, nullptr, workspace, stream);

@@ -891,30 +891,12 @@ __global__ void __launch_bounds__(kSelectThreads, 2) top_k_kernel(const float* v
                                      select_shared);
 }
 
-// A kernel instance with its shared-memory size and occupancy, configured
-// once (the dynamic shared-memory limit is raised on first use).
-struct KernelInfo {
-  const void* kernel = nullptr;
-  int shared_bytes = 0;
-  int threads = 0;
-  int blocks_per_sm = 1;
-};
-
 template <typename T, int kHeadDim, DecodeMode kMode, bool kSparse>
 const KernelInfo& decode_kernel_info() {
-  static const KernelInfo info = [] {
-    KernelInfo made;
-    made.kernel = reinterpret_cast<const void*>(&decode_attention_kernel<T, kHeadDim, kMode, kSparse>);
-    made.shared_bytes = DecodeConfig<kHeadDim, kMode>::kSharedBytes;
-    made.threads = DecodeConfig<kHeadDim, kMode>::kThreads;
-    check_cuda(cudaFuncSetAttribute(made.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, made.shared_bytes),
-               "cudaFuncSetAttribute(decode_attention_kernel)");
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&made.blocks_per_sm, made.kernel, made.threads,
-                                                             made.shared_bytes),
-               "cudaOccupancyMaxActiveBlocksPerMultiprocessor(decode_attention_kernel)");
-    if (made.blocks_per_sm < 1) made.blocks_per_sm = 1;
-    return made;
-  }();
+  static const KernelInfo info =
+      configure_kernel(reinterpret_cast<const void*>(&decode_attention_kernel<T, kHeadDim, kMode, kSparse>),
+                       DecodeConfig<kHeadDim, kMode>::kSharedBytes, DecodeConfig<kHeadDim, kMode>::kThreads,
+                       "configure decode_attention_kernel");
   return info;
 }
 
@@ -960,31 +942,6 @@ const void* merge_kernel_for_type(int head_dim, bool with_output) {
 
 int decode_blocks_per_sm(DType dtype, int head_dim, DecodeMode mode, bool sparse) {
   return decode_kernel(dtype, head_dim, mode, sparse).blocks_per_sm;
-}
-
-// One kernel launch of the decode path: `programmatic` makes it a
-// programmatic dependent of the stream's previous kernel (its blocks are
-// launched and scheduled while that kernel finishes, and wait for it in
-// griddepcontrol.wait); cluster_blocks > 1 groups the blocks along x.
-void launch_kernel(const void* kernel, dim3 grid, int threads, size_t shared_bytes, void* arguments, bool programmatic,
-                   int cluster_blocks, cudaStream_t stream, const char* what) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute attributes[2] = {};
-  if (programmatic) {
-    attributes[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[config.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster_blocks > 1) {
-    attributes[config.numAttrs].id = cudaLaunchAttributeClusterDimension;
-    attributes[config.numAttrs++].val.clusterDim = {static_cast<unsigned>(cluster_blocks), 1, 1};
-  }
-  config.attrs = attributes;
-  void* argument_list[] = {arguments};
-  check_cuda(cudaLaunchKernelExC(&config, kernel, argument_list), what);
 }
 
 void launch_decode_attention(const DecodeParams& params, DType dtype, int head_dim, DecodeMode mode,
@@ -1043,16 +1000,6 @@ void launch_top_k(const float* values, int64_t row_stride, const int* lengths, c
                   int64_t out_stride, cudaStream_t stream) {
   top_k_kernel<<<rows, kSelectThreads, 0, stream>>>(values, row_stride, lengths, k, out, out_stride);
   check_cuda(cudaGetLastError(), "launch top_k_kernel");
-}
-
-int multiprocessor_count() {
-  static const int count = [] {
-    int device = 0, made = 0;
-    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-    check_cuda(cudaDeviceGetAttribute(&made, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    return made;
-  }();
-  return count;
 }
 
 }  // namespace kascade::cuda::detail

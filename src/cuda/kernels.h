@@ -20,10 +20,30 @@ namespace kascade::cuda::detail {
 // group has at most this many heads (api.cc's validate enforces it).
 constexpr int kPrefillBlockRows = 128;
 
-// Raises kascade::Error("unsupported <what>: <value>"); defined in api.cc.
+// Runtime helpers (runtime.cc).
+// Raises kascade::Error("unsupported <what>: <value>").
 [[noreturn]] void unsupported(const char* what, int64_t value);
-// Raises kascade::Error naming the failed CUDA call; defined in api.cc.
+// Raises kascade::Error naming the failed CUDA call.
 void check_cuda(cudaError_t status, const char* what);
+
+// A kernel instance with its dynamic shared memory, threads and occupancy.
+struct KernelInfo {
+  const void* kernel = nullptr;
+  int shared_bytes = 0;
+  int threads = 0;
+  int blocks_per_sm = 1;
+};
+// Raises the kernel's dynamic shared-memory limit to shared_bytes and reads
+// its occupancy; call it once per instance (a function-local static).
+KernelInfo configure_kernel(const void* kernel, int shared_bytes, int threads, const char* what);
+// One launch: `programmatic` makes it a programmatic dependent of the
+// stream's previous kernel (its blocks are scheduled while that kernel
+// finishes and wait for it in griddepcontrol.wait); cluster_blocks > 1
+// groups the blocks along x into clusters.
+void launch_kernel(const void* kernel, dim3 grid, int threads, size_t shared_bytes, void* arguments, bool programmatic,
+                   int cluster_blocks, cudaStream_t stream, const char* what);
+// The device's multiprocessors (read once).
+int multiprocessor_count();
 
 // Calls f(std::integral_constant<int, D>{}) for the head dimension D (64, 128
 // or 256) that head_dim names: the one switch from a runtime head_dim to the
@@ -38,32 +58,39 @@ decltype(auto) with_head_dim(int head_dim, F&& f) {
   unsupported("head_dim", head_dim);
 }
 
+// What every kernel's parameters share: the call's tensors and geometry,
+// filled once from AttentionArgs (api.cc, call_geometry).
+struct CallGeometry {
+  const void* queries = nullptr;
+  const void* keys = nullptr;
+  const void* values = nullptr;
+  int64_t kv_head_stride = 0;  // capacity * head_dim elements
+  const int* seq_lens = nullptr;
+  int batch = 0, n_heads = 0, n_kv_heads = 0, group = 0;
+  int max_seq_len = 0;
+  float scale_log2 = 0.f;  // log2(e) / sqrt(head_dim)
+};
+
 // Decode kernels come in three modes: attention only; attention that also
 // writes every raw score (layer 0: dense output, scores for selection); and
 // scores only, reading K alone (the first pass of an anchor layer).
 enum class DecodeMode { Attend, AttendAndScores, ScoresOnly };
 
-struct DecodeParams {
-  const void* queries = nullptr;  // [batch][n_heads][head_dim]
-  const void* keys = nullptr;
-  const void* values = nullptr;
-  int64_t kv_head_stride = 0;  // capacity * head_dim elements
+// Queries [batch][n_heads][head_dim].
+struct DecodeParams : CallGeometry {
   // Paged cache (null: contiguous): position p of sequence b is row p % 2^page_shift
   // of page page_table[b * page_table_stride + (p >> page_shift)].
   const int* page_table = nullptr;
   int page_shift = 0;
   int64_t page_table_stride = 0;
-  const int* seq_lens = nullptr;
   // Sparse key lists (null for dense): indices[(b*G + head_map[h])*index_stride + j], j < counts[b].
   const int* indices = nullptr;
   const int* counts = nullptr;
   const int* head_map = nullptr;  // null: identity
   int64_t index_stride = 0;
-  int batch = 0, n_heads = 0, n_kv_heads = 0, group = 0;
   int heads_per_block = 0;  // query heads of one group handled by one block (<= 16)
   int head_blocks = 0;      // ceil(group / heads_per_block)
   int splits = 1;           // key splits per (sequence, head block)
-  float scale_log2 = 0.f;   // log2(e) / sqrt(head_dim)
   void* output = nullptr;   // used when splits == 1
   float* lse = nullptr;     // natural-log LSE [batch][n_heads], optional
   float* partial_out = nullptr;  // [batch][n_heads][splits][head_dim], normalised
@@ -93,15 +120,13 @@ void launch_decode_merge(const DecodeParams& params, DType dtype, int head_dim, 
 
 // Pooled post-softmax scores of each KV head (sum over its g query heads of
 // 2^(s - lse)) and the exact top budget(n) per (sequence, KV head).
-struct PooledSelectParams {
+struct PooledSelectParams : CallGeometry {
   const float* scores = nullptr;  // log2 units, laid out as DecodeParams::scores
   int64_t score_stride = 0;       // a multiple of 4
   int score_record = 0;           // as DecodeParams::score_record
   const float* score_bounds = nullptr;  // [batch][n_heads][splits][2], as DecodeParams
   int splits = 1;
   const float* lse = nullptr;  // natural [batch][n_heads]
-  const int* seq_lens = nullptr;
-  int batch = 0, n_heads = 0, n_kv_heads = 0, group = 0;
   Budget budget;
   // Scratch [batch][n_kv_heads][score_stride]: the pooled row when the
   // threshold bin overflows, and the bins of segments too long for shared memory.
@@ -127,13 +152,8 @@ enum class PrefillMode { Attend, LseOnly };
 // max_seq_len): position q is row q - query_start of its sequence's
 // max_seq_len - query_start rows. Blocks are laid out from query_start on
 // (block i: queries query_start + i * block_queries ...).
-struct PrefillParams {
-  const void* queries = nullptr;  // [batch][max_seq_len - query_start][n_heads][head_dim]
-  const void* keys = nullptr;
-  const void* values = nullptr;
-  int64_t kv_head_stride = 0;
-  const int* seq_lens = nullptr;
-  int batch = 0, n_heads = 0, n_kv_heads = 0, group = 0, max_seq_len = 0;
+// Queries [batch][max_seq_len - query_start][n_heads][head_dim].
+struct PrefillParams : CallGeometry {
   int query_start = 0;    // first query position (Selected: a multiple of block_queries)
   int block_queries = 0;  // queries per block: a tile when Selected; causal: set by the launch (causal_block_queries)
   int row_blocks = 0;     // blocks per (query block, KV head): ceil(block_queries*group/128)
@@ -144,7 +164,6 @@ struct PrefillParams {
   const int64_t* tile_offsets = nullptr;
   int64_t per_head = 0;
   const int* head_map = nullptr;
-  float scale_log2 = 0.f;
   void* output = nullptr;
   float* lse = nullptr;  // natural [batch][n_heads][max_seq_len - query_start], optional (required for LseOnly)
 };
@@ -157,12 +176,9 @@ int causal_block_queries(int group, int head_dim, PrefillMode mode);
 // first), accumulate the tile's pooled scores over [0, s) into a private slot
 // and radix-select budget(s) of them. The tiles are those of the queries
 // [query_start, max_seq_len), rows as in PrefillParams.
-struct TileSelectParams {
-  const void* queries = nullptr;  // as PrefillParams::queries
-  const void* keys = nullptr;
-  int64_t kv_head_stride = 0;
-  const int* seq_lens = nullptr;
-  int batch = 0, n_heads = 0, n_kv_heads = 0, group = 0, max_seq_len = 0, tile = 0;
+// Queries as PrefillParams'.
+struct TileSelectParams : CallGeometry {
+  int tile = 0;
   int query_start = 0;         // a multiple of tile
   const float* lse = nullptr;  // natural [batch][n_heads][max_seq_len - query_start]
   // Tile t (>= query_start / tile) keeps tile_offsets[i+1] - tile_offsets[i]
@@ -172,12 +188,9 @@ struct TileSelectParams {
   int64_t per_head = 0;
   float* slots = nullptr;  // [n_blocks][max_seq_len]
   int* work_counter = nullptr;
-  float scale_log2 = 0.f;
 };
 // How many slots (of max_seq_len floats each) the tile selection uses.
 int tile_select_slots(DType dtype, int head_dim);
 void launch_tile_select(const TileSelectParams& params, DType dtype, int head_dim, cudaStream_t stream);
-
-int multiprocessor_count();
 
 }  // namespace kascade::cuda::detail

@@ -832,23 +832,6 @@ __global__ void __launch_bounds__(hopper::SelectConfig<kDim>::kThreads, 1)
   }
 }
 
-// A kernel instance with its shared-memory size and occupancy, configured
-// once (the dynamic shared-memory limit is raised on first use).
-struct KernelInfo {
-  const void* kernel = nullptr;
-  int shared_bytes = 0;
-  int blocks_per_sm = 1;
-  int threads = 0;
-};
-
-KernelInfo configure(const void* kernel, int shared_bytes, int threads, const char* name) {
-  KernelInfo made{kernel, shared_bytes, 1, threads};
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes), name);
-  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&made.blocks_per_sm, kernel, threads, shared_bytes), name);
-  if (made.blocks_per_sm < 1) made.blocks_per_sm = 1;
-  return made;
-}
-
 // The grid that block_work decodes: the query blocks of the call's queries.
 dim3 prefill_grid(const PrefillParams& p) {
   const int query_blocks = (p.max_seq_len - p.query_start + p.block_queries - 1) / p.block_queries;
@@ -894,7 +877,7 @@ template <typename T, int kDim, PrefillKeys kKeys, PrefillMode kMode, bool kOver
 const KernelInfo& wgmma_kernel_info() {
   using Config = hopper::Config<kDim, kMode == PrefillMode::Attend>;
   static const KernelInfo info =
-      configure(reinterpret_cast<const void*>(&wgmma_prefill_kernel<T, kDim, kKeys, kMode, kOverlap>),
+      configure_kernel(reinterpret_cast<const void*>(&wgmma_prefill_kernel<T, kDim, kKeys, kMode, kOverlap>),
                 Config::kSharedBytes, Config::kThreads, "configure wgmma_prefill_kernel");
   return info;
 }
@@ -961,7 +944,7 @@ void launch_wgmma_prefill(const PrefillParams& params, DType dtype, int head_dim
 
 template <typename T, int kDim>
 const KernelInfo& wgmma_tile_select_kernel_info() {
-  static const KernelInfo info = configure(reinterpret_cast<const void*>(&wgmma_tile_select_kernel<T, kDim>),
+  static const KernelInfo info = configure_kernel(reinterpret_cast<const void*>(&wgmma_tile_select_kernel<T, kDim>),
                                            hopper::SelectConfig<kDim>::kSharedBytes,
                                            hopper::SelectConfig<kDim>::kThreads, "configure wgmma_tile_select_kernel");
   return info;

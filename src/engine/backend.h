@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "attention/strategies.h"
+#include "kascade/options.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 
@@ -32,7 +32,7 @@ class BackendSequence {
 
 struct SequenceOptions {
   int64_t capacity = 0;
-  attention::StrategyOptions attention;  // a Kascade profile already resolved
+  AttentionOptions attention;  // a Kascade profile already resolved
   attention::KvType kv_type = attention::KvType::F16;  // the CPU's choice; the GPU stores fp16
 };
 
@@ -93,12 +93,5 @@ class Backend {
 
 // The CPU engine over the model at `path`.
 std::unique_ptr<Backend> make_cpu_backend(const std::string& path);
-// "cpu", "cuda" or "auto" (the GPU when this build has CUDA and a usable
-// device is present, else the CPU). Throws Error naming the problem.
-std::unique_ptr<Backend> make_backend(std::string_view device, const std::string& path);
-// The devices this build can run on, for --help and errors.
-std::string_view supported_devices();
-// One line per device this process could use now (`kascade info`).
-std::string describe_devices();
 
 }  // namespace kascade::engine

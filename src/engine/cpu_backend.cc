@@ -14,6 +14,7 @@
 #include <fstream>
 #include <string>
 
+#include "attention/strategies.h"
 #include "core/error.h"
 #include "engine/backend.h"
 

@@ -35,7 +35,7 @@
 #include <thread>
 #include <vector>
 
-#include "attention/strategies.h"
+#include "kascade/options.h"
 #include "engine/backend.h"
 #include "engine/generate.h"
 #include "tokenizer/tokenizer.h"
@@ -45,7 +45,7 @@ namespace kascade::engine {
 struct Request {
   std::vector<int32_t> prompt;
   GenerateOptions options;                // max new tokens, stop strings, sampling
-  attention::StrategyOptions attention;   // a Kascade profile already resolved
+  AttentionOptions attention;   // a Kascade profile already resolved
   attention::KvType kv_type = attention::KvType::F16;
   int64_t capacity = 0;                   // positions to reserve; 0: prompt + max(max new tokens, 1)
   // Called on the scheduler's thread: streamed text (complete UTF-8),

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "kascade/budget.h"
 #include "core/timer.h"
 #include "engine/generate.h"
 #include "eval/random.h"
@@ -120,7 +121,7 @@ EvalPlan plan_eval(const EvalOptions& options, int64_t context_length) {
       if (other.label == spec.label) fail("strategy '{}' is listed twice", name);
     plan.strategies.push_back(std::move(spec));
   }
-  if (!(options.budget_percent > 0 && options.budget_percent <= 100))
+  if (!valid_budget_percent(options.budget_percent))
     fail("--budget {} is outside (0, 100]", options.budget_percent);
   if (options.tasks.empty()) {
     for (const std::string_view task : task_names()) plan.tasks.emplace_back(task);
@@ -203,8 +204,8 @@ EvalRun run_eval(engine::Backend& backend, const tokenizer::Tokenizer& tokenizer
   run.context_length = config.context_length;
   const kascade::Shape shape = config.attention_shape();
   for (StrategySpec& spec : run.plan.strategies) {
-    if (spec.options.name == "kascade") spec.options.profile = options.kascade_profile;
-    attention::make_strategy(spec.options, shape);  // invalid options fail here, before any work,
+    if (spec.options.kascade()) spec.options.profile = options.kascade_profile;
+    validate_attention(spec.options, shape);  // invalid options fail here, before any work,
     backend.new_sequence({2, spec.options, options.kv_type});  // as do strategies the backend does not run
   }
   const PromptFormat format(tokenizer);

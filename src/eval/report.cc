@@ -34,7 +34,7 @@ bool has_perplexity(const EvalRun& run) {
 // The first plain dense entry: the reference for differences.
 const StrategySpec* dense_spec(const EvalRun& run) {
   for (const StrategySpec& s : run.plan.strategies)
-    if (s.options.name == "dense") return &s;
+    if (s.options.method == Method::Dense) return &s;
   return nullptr;
 }
 
@@ -292,7 +292,7 @@ nlohmann::json to_json(const EvalRun& run, const Summary& s) {
   json strategies = json::array();
   for (const StrategySpec& spec : run.plan.strategies)
     strategies.push_back({{"label", spec.label},
-                          {"strategy", spec.options.name},
+                          {"strategy", method_name(spec.options.method)},
                           {"budget_percent", spec.options.budget_percent},
                           {"all_heads_pooled", spec.options.all_heads_pooled},
                           {"no_remap", spec.options.no_remap},
@@ -415,8 +415,8 @@ std::string markdown_report(const EvalRun& run, const Summary& s, const std::vec
   const StrategySpec* dense = dense_spec(run);
   const StrategySpec* kascade = nullptr;
   for (const StrategySpec& spec : run.plan.strategies) {
-    const attention::StrategyOptions& o = spec.options;
-    if (o.name == "kascade" && o.budget_percent == 10 && !o.all_heads_pooled && !o.no_remap && !o.pre_softmax_pooling &&
+    const AttentionOptions& o = spec.options;
+    if (o.kascade() && o.budget_percent == 10 && !o.all_heads_pooled && !o.no_remap && !o.pre_softmax_pooling &&
         !o.fixed_budget && !kascade)
       kascade = &spec;
   }
@@ -428,7 +428,7 @@ std::string markdown_report(const EvalRun& run, const Summary& s, const std::vec
       const AccuracyCell& k = *find_cell(s, kAverageTask, kascade->label, length);
       std::vector<std::string> ahead;
       for (const StrategySpec& spec : run.plan.strategies) {
-        const std::string& name = spec.options.name;
+        const std::string name(method_name(spec.options.method));
         if ((name == "streaming" || name == "quest" || name == "omnikv") && spec.options.budget_percent == 10) {
           const AccuracyCell& other = *find_cell(s, kAverageTask, spec.label, length);
           ahead.push_back(fmt::format("{} {}", spec.label, k.score.mean > other.score.mean   ? "yes"

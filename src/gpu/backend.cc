@@ -10,10 +10,8 @@
 #include <bit>
 #include <map>
 #include <numeric>
-#include <optional>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -21,10 +19,11 @@
 #include "cuda/kascade_cuda.h"
 #include "gpu/device.h"
 #include "gpu/gemm.h"
+#include "gpu/graph_cache.h"
+#include "gpu/kv_pool.h"
 #include "gpu/matrix.h"
 #include "gpu/ops.h"
-#include "kascade/budget.h"
-#include "kascade/schedule.h"
+#include "kascade/plan.h"
 #include "ops/matmul.h"
 
 namespace kascade::gpu {
@@ -44,63 +43,6 @@ DeviceMemory upload_optional(const std::vector<float>& values, const char* what)
 struct Layer {
   DeviceMatrix qkv, o, gate_up, down;
   DeviceMemory attn_norm, ffn_norm, q_bias, k_bias, v_bias, q_norm, k_norm;
-};
-
-// ---------------------------------------------------------------------------
-// The paged KV cache: per layer a pool of pages [page][n_kv_heads][page_size][head_dim] fp16.
-
-class KvPool {
- public:
-  KvPool(int n_layers, int n_kv_heads, int head_dim, int page_size, int64_t n_pages)
-      : page_elements_(int64_t(n_kv_heads) * page_size * head_dim), n_pages_(n_pages) {
-    const size_t bytes = size_t(n_pages) * size_t(page_elements_) * 2;
-    for (int l = 0; l < n_layers; ++l) {
-      keys_.emplace_back(bytes, "KV cache pages (keys)");
-      values_.emplace_back(bytes, "KV cache pages (values)");
-    }
-    for (int64_t p = n_pages - 1; p >= 0; --p) free_.push_back(int(p));
-  }
-
-  uint16_t* keys(int layer) const { return keys_[size_t(layer)].as<uint16_t>(); }
-  uint16_t* values(int layer) const { return values_[size_t(layer)].as<uint16_t>(); }
-  int64_t n_pages() const { return n_pages_; }
-  // Pages sequences may still take: the free ones less those withheld by limit().
-  int64_t free_pages() const { return std::max<int64_t>(0, int64_t(free_.size()) - withheld_); }
-  int64_t usable_pages() const { return n_pages_ - withheld_; }
-  void limit(int64_t pages) { withheld_ = n_pages_ - std::clamp<int64_t>(pages, 0, n_pages_); }
-  uint64_t page_bytes() const { return uint64_t(page_elements_) * 2 * 2 * keys_.size(); }  // K + V, all layers
-
-  std::vector<int> take(int64_t n) {
-    if (n > free_pages())
-      fail("the KV cache has {} free pages ({}), a sequence needs {}: end other sequences or ask for less context",
-           free_pages(), gib(uint64_t(free_pages()) * page_bytes()), n);
-    std::vector<int> pages(free_.end() - n, free_.end());
-    free_.resize(free_.size() - size_t(n));
-    return pages;
-  }
-  void give_back(const std::vector<int>& pages) { free_.insert(free_.end(), pages.begin(), pages.end()); }
-  // Copies whole pages of every layer.
-  void copy(const std::vector<int>& to, const std::vector<int>& from, int64_t n, cudaStream_t stream) const {
-    const size_t bytes = size_t(page_elements_) * 2;
-    for (size_t l = 0; l < keys_.size(); ++l)
-      for (int64_t i = 0; i < n; ++i) {
-        check(cudaMemcpyAsync(keys(int(l)) + int64_t(to[size_t(i)]) * page_elements_,
-                              keys(int(l)) + int64_t(from[size_t(i)]) * page_elements_, bytes,
-                              cudaMemcpyDeviceToDevice, stream),
-              "KV page copy");
-        check(cudaMemcpyAsync(values(int(l)) + int64_t(to[size_t(i)]) * page_elements_,
-                              values(int(l)) + int64_t(from[size_t(i)]) * page_elements_, bytes,
-                              cudaMemcpyDeviceToDevice, stream),
-              "KV page copy");
-      }
-  }
-
- private:
-  int64_t page_elements_;  // of one page of one layer, keys or values
-  int64_t n_pages_;
-  std::vector<DeviceMemory> keys_, values_;
-  std::vector<int> free_;
-  int64_t withheld_ = 0;  // pages limit() keeps from sequences
 };
 
 // ---------------------------------------------------------------------------
@@ -139,35 +81,27 @@ struct StepBuffers {
   }
 };
 
-// Kascade selecting keys during a prefill (else the prefill is dense attention).
-bool sparse_prefill(const attention::StrategyOptions& o) {
-  return o.name == "kascade" && o.sparse_phases != attention::SparsePhases::DecodeOnly;
-}
-
 // ---------------------------------------------------------------------------
 
 class CudaBackend;
 
 class CudaSequence final : public BackendSequence {
  public:
-  CudaSequence(CudaBackend& owner, std::vector<int> pages, int64_t capacity, attention::StrategyOptions options,
-               std::optional<Schedule> schedule, const int* head_maps, std::string plan);
+  CudaSequence(CudaBackend& owner, std::vector<int> pages, int64_t capacity, Plan plan, const int* head_maps);
   ~CudaSequence() override;
 
   int64_t position() const override { return position_; }
   int64_t capacity() const override { return capacity_; }
   uint64_t kv_bytes() const override;
-  std::string_view attention_name() const override { return options_.name; }
+  std::string_view attention_name() const override { return method_name(plan_.method()); }
   model::TimeSplit time() const override { return time_; }
 
   CudaBackend& owner_;
   std::vector<int> pages_;
   int64_t capacity_;
   int64_t position_ = 0;
-  attention::StrategyOptions options_;
-  std::optional<Schedule> schedule_;  // Kascade only
-  const int* head_maps_ = nullptr;    // [layer][kv head] of the schedule's pools (the backend's copy)
-  std::string plan_;                  // what a batched decode step must share
+  Plan plan_;
+  const int* head_maps_ = nullptr;  // the plan's flat_pools() on the device (the backend's copy)
   model::TimeSplit time_;
 };
 
@@ -175,7 +109,7 @@ class CudaBackend final : public engine::Backend {
  public:
   CudaBackend(const std::string& path, const BackendOptions& options);
   ~CudaBackend() override {
-    clear_graphs();
+    graphs_.clear();
     if (decode_meta_host_) cudaFreeHost(decode_meta_host_);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -190,7 +124,7 @@ class CudaBackend final : public engine::Backend {
                              const std::function<void(int64_t)>& progress, int64_t chunk_size) override;
   void decode(std::span<BackendSequence* const> sequences, std::span<const int32_t> tokens, float* logits) override;
   bool dense_prefill(const BackendSequence& sequence) const override {
-    return !sparse_prefill(static_cast<const CudaSequence&>(sequence).options_);
+    return static_cast<const CudaSequence&>(sequence).plan_.dense_prefill();
   }
   void copy_prefix(BackendSequence& to, const BackendSequence& from) override;
 
@@ -203,7 +137,7 @@ class CudaBackend final : public engine::Backend {
   int64_t prefill_alignment(const BackendSequence& sequence) const override;
   int64_t min_prefill_chunk() const override { return options_.prefill_chunk; }
   std::string decode_group(const BackendSequence& sequence) const override {
-    return static_cast<const CudaSequence&>(sequence).plan_;
+    return static_cast<const CudaSequence&>(sequence).plan_.key();
   }
   int64_t max_decode_batch() const override { return options_.max_batch; }
   std::string memory_report() const override {
@@ -215,9 +149,13 @@ class CudaBackend final : public engine::Backend {
   KvPool& pool() { return *pool_; }
 
  private:
-  void check_supported(const attention::StrategyOptions& options) const;
-  // Layer l's attention for the step: queries and output fp16 [n][H][d].
-  void attend(StepBuffers& b, int layer, const CudaSequence& plan, bool prefill, const kc::AttentionArgs& args);
+  // Refuses, with a message, what the GPU does not run.
+  void check_supported(const Plan& plan) const;
+  // Layer l's attention for the step, as the sequence's plan says: queries
+  // and output fp16 [n][H][d].
+  void attend(StepBuffers& b, int layer, const CudaSequence& seq, Phase phase, const kc::AttentionArgs& args);
+  // The geometry of an attention call over `batch` sequences; a step sets its tensors.
+  kc::AttentionArgs attention_args(int batch) const;
   // The products and elementwise steps around attention for rows [0, n).
   void project_qkv(StepBuffers& b, const Layer& w, int layer, float* x, int64_t n, const QkvStep& qkv_template);
   void feed_forward(StepBuffers& b, const Layer& w, const uint16_t* attended, float* x, int64_t n);
@@ -228,7 +166,7 @@ class CudaBackend final : public engine::Backend {
   void norm_then_matmul(StepBuffers& b, const float* x, const DeviceMemory& norm, const Matrix& m, int64_t n,
                         float* out);
   // Every kernel of a decode step whose metadata is on the device.
-  void decode_kernels(const CudaSequence& plan, int64_t batch, int64_t stride, int bucket);
+  void decode_kernels(const CudaSequence& seq, int64_t batch, int64_t stride, int bucket);
   // The fields of a QkvStep fixed by the model and the page size; a step sets the rest.
   QkvStep model_qkv_step() const;
   void sync(const char* what) { check(cudaStreamSynchronize(stream_), what); }
@@ -253,25 +191,15 @@ class CudaBackend final : public engine::Backend {
   int64_t max_pages_ = 0;        // pages a sequence can hold at the model's context
   int* decode_meta_host_ = nullptr;  // pinned: what a decode step uploads before its kernels
   // Decode steps as CUDA graphs, one per (batch, page-table stride, length
-  // bucket, attention plan): the first step of a key runs eagerly (sizing the
-  // workspaces), the second captures, later ones replay.
-  std::map<std::string, cudaGraphExec_t> graphs_;
-  std::map<std::string, int> graph_seen_;
-  void clear_graphs();
+  // bucket, attention plan).
+  GraphCache graphs_;
   // Head maps on the device, one copy per distinct Kascade plan.
   std::map<std::string, DeviceMemory> head_maps_;
 };
 
-CudaSequence::CudaSequence(CudaBackend& owner, std::vector<int> pages, int64_t capacity,
-                           attention::StrategyOptions options, std::optional<Schedule> schedule,
-                           const int* head_maps, std::string plan)
-    : owner_(owner),
-      pages_(std::move(pages)),
-      capacity_(capacity),
-      options_(std::move(options)),
-      schedule_(std::move(schedule)),
-      head_maps_(head_maps),
-      plan_(std::move(plan)) {}
+CudaSequence::CudaSequence(CudaBackend& owner, std::vector<int> pages, int64_t capacity, Plan plan,
+                           const int* head_maps)
+    : owner_(owner), pages_(std::move(pages)), capacity_(capacity), plan_(std::move(plan)), head_maps_(head_maps) {}
 
 CudaSequence::~CudaSequence() { owner_.pool().give_back(pages_); }
 
@@ -376,10 +304,11 @@ CudaBackend::CudaBackend(const std::string& path, const BackendOptions& options)
   pool_ = std::make_unique<KvPool>(c.n_layers, c.n_kv_heads, c.head_dim, options.page_size, n_pages);
 }
 
-void CudaBackend::check_supported(const attention::StrategyOptions& o) const {
-  if (o.name != "dense" && o.name != "kascade")
-    fail("attention '{}' runs on the CPU only (--device cpu); the GPU runs dense and kascade", o.name);
-  if (o.name == "dense") return;
+void CudaBackend::check_supported(const Plan& plan) const {
+  const AttentionOptions& o = plan.options();
+  if (o.method != Method::Dense && o.method != Method::Kascade)
+    fail("attention '{}' runs on the CPU only (--device cpu); the GPU runs dense and kascade", method_name(o.method));
+  if (o.method == Method::Dense) return;
   const char* unsupported = o.refine_factor > 1      ? "refined reuse (--refine)"
                             : o.all_heads_pooled    ? "--all-heads-pooled"
                             : o.pre_softmax_pooling ? "--pre-softmax-pooling"
@@ -391,41 +320,27 @@ void CudaBackend::check_supported(const attention::StrategyOptions& o) const {
 }
 
 std::unique_ptr<BackendSequence> CudaBackend::new_sequence(const engine::SequenceOptions& options) {
-  const attention::StrategyOptions& o = options.attention;
-  attention::make_strategy(o, config_.attention_shape());  // the CPU's option checks, one set of messages
-  check_supported(o);
+  Plan plan(options.attention, config_.attention_shape());
+  check_supported(plan);
   if (options.capacity < 1 || options.capacity > config_.context_length)
     fail("context of {} tokens is outside the model's 1..{}", options.capacity, config_.context_length);
-  std::optional<Schedule> schedule;
-  std::string plan = fmt::format("{} p={} min_k={} tile={} phases={}", o.name, o.budget_percent, o.min_k, o.tile,
-                                 int(o.sparse_phases));
-  if (o.name == "kascade") {
-    const Shape shape = config_.attention_shape();
-    schedule.emplace(o.profile ? *o.profile : default_profile(shape), shape,
-                     ScheduleOptions{.dense_layers = o.dense_layers.value_or(std::vector<int>{0}),
-                                     .all_anchors = o.all_anchors,
-                                     .no_remap = o.no_remap});
-    std::vector<int> maps;
-    for (int l = 0; l < shape.n_layers; ++l) {
-      for (const int pool : schedule->pools(l)) maps.push_back(pool);
-      plan += fmt::format(" {}{}{}", l, schedule->is_anchor(l) ? "a" : "r", schedule->is_dense(l) ? "d" : "");
-    }
-    plan += fmt::format(" maps {}", fmt::join(maps, ","));
-    if (!head_maps_.contains(plan)) head_maps_.emplace(plan, upload(maps, "head maps"));
+  const int* head_maps = nullptr;
+  if (plan.sparse(Phase::Decode) || plan.sparse(Phase::Prefill)) {
+    auto maps = head_maps_.find(plan.key());
+    if (maps == head_maps_.end()) maps = head_maps_.emplace(plan.key(), upload(plan.flat_pools(), "head maps")).first;
+    head_maps = maps->second.as<int>();
     // Decode index sets for this capacity, allocated now rather than at a token.
     // A step's length bucket may reach the end of the sequence's last page.
     const int64_t page_capacity = (options.capacity + options_.page_size - 1) / options_.page_size * options_.page_size;
-    const int64_t max_keys = budget(page_capacity, o.budget_percent, o.min_k);
+    const int64_t max_keys = plan.keys(page_capacity);
     if (max_keys > decode_max_keys_) {
       decode_max_keys_ = max_keys;
       decode_.indices.get(int64_t(options_.max_batch) * config_.n_kv_heads * decode_max_keys_, "Kascade index sets");
-      clear_graphs();  // captured steps hold the old buffer
+      graphs_.clear();  // captured steps hold the old buffer
     }
   }
   const int64_t n_pages = (options.capacity + options_.page_size - 1) / options_.page_size;
-  const int* head_maps = schedule ? head_maps_.at(plan).as<int>() : nullptr;
-  return std::make_unique<CudaSequence>(*this, pool_->take(n_pages), options.capacity, o, std::move(schedule),
-                                        head_maps, std::move(plan));
+  return std::make_unique<CudaSequence>(*this, pool_->take(n_pages), options.capacity, std::move(plan), head_maps);
 }
 
 void CudaBackend::copy_prefix(BackendSequence& to, const BackendSequence& from) {
@@ -490,34 +405,45 @@ float* CudaBackend::logits_of_last(StepBuffers& b, const float* x_rows, int64_t 
   return logits;
 }
 
-void CudaBackend::attend(StepBuffers& b, int layer, const CudaSequence& plan, bool prefill,
+void CudaBackend::attend(StepBuffers& b, int layer, const CudaSequence& seq, Phase phase,
                          const kc::AttentionArgs& args) {
-  const attention::StrategyOptions& o = plan.options_;
-  const bool sparse = o.name == "kascade" && (prefill ? o.sparse_phases != attention::SparsePhases::DecodeOnly
-                                                       : o.sparse_phases != attention::SparsePhases::PrefillOnly);
-  if (!sparse) {
-    if (prefill)
-      kc::dense_prefill(args, nullptr, b.attention, stream_);
-    else
-      kc::dense_decode(args, nullptr, b.attention, stream_);
-    return;
+  const Plan& plan = seq.plan_;
+  const LayerPlan& step = plan.layer(phase, layer);
+  const bool prefill = phase == Phase::Prefill;
+  const kc::Budget budget{plan.options().budget_percent, plan.options().min_k};
+  const int* head_map = seq.head_maps_ + int64_t(layer) * config_.n_kv_heads;
+  // The step's index sets (a prefill's layout exists only in a sparse prefill).
+  const auto prefill_sets = [&] {
+    return kc::PrefillIndexSets{b.indices.memory.as<int>(), b.tile_offsets.memory.as<int64_t>(),
+                                prefill_layout_.per_head(), int(plan.options().tile), prefill_layout_.first_tile};
+  };
+  const kc::DecodeIndexSets decode_sets{b.indices.memory.as<int>(), b.counts.memory.as<int>(), decode_max_keys_};
+  switch (step.action) {
+    case LayerAction::Dense:
+      if (prefill) return kc::dense_prefill(args, nullptr, b.attention, stream_);
+      return kc::dense_decode(args, nullptr, b.attention, stream_);
+    case LayerAction::DenseAnchor:
+    case LayerAction::Anchor: {
+      const bool dense_output = step.action == LayerAction::DenseAnchor;
+      if (prefill) return kc::anchor_prefill(args, budget, dense_output, prefill_sets(), b.attention, stream_);
+      return kc::anchor_decode(args, budget, dense_output, decode_sets, b.attention, stream_);
+    }
+    case LayerAction::Reuse:
+      if (prefill) return kc::reuse_prefill(args, prefill_sets(), head_map, b.attention, stream_);
+      return kc::reuse_decode(args, decode_sets, head_map, b.attention, stream_);
+    case LayerAction::RefinedReuse: break;  // refused by check_supported
   }
-  const Schedule& schedule = *plan.schedule_;
-  const kc::Budget budget{o.budget_percent, o.min_k};
-  const int* head_map = plan.head_maps_ + int64_t(layer) * config_.n_kv_heads;
-  const bool anchor = schedule.is_anchor(layer), dense = schedule.is_dense(layer);
-  if (prefill) {
-    const kc::PrefillIndexSets sets{b.indices.memory.as<int>(), b.tile_offsets.memory.as<int64_t>(),
-                                    prefill_layout_.per_head(), int(o.tile), prefill_layout_.first_tile};
-    if (anchor) kc::anchor_prefill(args, budget, dense, sets, b.attention, stream_);
-    else if (dense) kc::dense_prefill(args, nullptr, b.attention, stream_);
-    else kc::reuse_prefill(args, sets, head_map, b.attention, stream_);
-  } else {
-    const kc::DecodeIndexSets sets{b.indices.memory.as<int>(), b.counts.memory.as<int>(), decode_max_keys_};
-    if (anchor) kc::anchor_decode(args, budget, dense, sets, b.attention, stream_);
-    else if (dense) kc::dense_decode(args, nullptr, b.attention, stream_);
-    else kc::reuse_decode(args, sets, head_map, b.attention, stream_);
-  }
+  fail("the GPU has no kernel for layer {}'s action", layer);
+}
+
+kc::AttentionArgs CudaBackend::attention_args(int batch) const {
+  kc::AttentionArgs args;
+  args.dtype = kc::DType::F16;
+  args.batch = batch;
+  args.n_heads = config_.n_heads;
+  args.n_kv_heads = config_.n_kv_heads;
+  args.head_dim = config_.head_dim;
+  return args;
 }
 
 // Kascade's sparse prefill selects per tile, so its chunks start on tiles;
@@ -525,8 +451,7 @@ void CudaBackend::attend(StepBuffers& b, int layer, const CudaSequence& plan, bo
 // one-pass results bit for bit (kascade_cuda.h), which is preferred where
 // that multiple is no bigger than a product chunk.
 int64_t CudaBackend::prefill_alignment(const BackendSequence& sequence) const {
-  const attention::StrategyOptions& o = static_cast<const CudaSequence&>(sequence).options_;
-  const int64_t required = sparse_prefill(o) ? o.tile : 1;
+  const int64_t required = static_cast<const CudaSequence&>(sequence).plan_.prefill_alignment();
   const int64_t exact = std::lcm(required, int64_t(kc::prefill_exact_multiple(config_.n_heads, config_.n_kv_heads,
                                                                                config_.head_dim)));
   return exact <= options_.prefill_chunk ? exact : required;
@@ -545,9 +470,10 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
   if (n == 0) fail("cannot prefill an empty prompt");
   if (end > seq.capacity_)
     fail("{} tokens after {} exceed the context of {} positions", n, start, seq.capacity_);
-  if (sparse_prefill(seq.options_) && start % seq.options_.tile != 0)
+  const Plan& plan = seq.plan_;
+  if (start % plan.prefill_alignment() != 0)
     fail("Kascade's prefill continues a sequence on a tile boundary: {} positions held, tile {}", start,
-         seq.options_.tile);
+         plan.prefill_alignment());
   for (const int32_t token : tokens)
     if (token < 0 || token >= c.vocab_size) fail("token id {} is outside the vocabulary of {}", token, c.vocab_size);
   Stopwatch clock;
@@ -579,9 +505,9 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
   const int64_t kv_elements = int64_t(c.n_kv_heads) * end * c.head_dim;
   uint16_t* contiguous_keys = prefill_.contiguous_keys.get(kv_elements, "prefill keys");
   uint16_t* contiguous_values = prefill_.contiguous_values.get(kv_elements, "prefill values");
-  if (sparse_prefill(seq.options_)) {
-    prefill_layout_ = kc::prefill_index_layout(int(end), int(seq.options_.tile),
-                                               {seq.options_.budget_percent, seq.options_.min_k}, int(start));
+  if (plan.sparse(Phase::Prefill)) {
+    prefill_layout_ = kc::prefill_index_layout(int(end), int(plan.options().tile),
+                                               {plan.options().budget_percent, plan.options().min_k}, int(start));
     int64_t* offsets = prefill_.tile_offsets.get(int64_t(prefill_layout_.offsets.size()), "Kascade tile offsets");
     check(cudaMemcpyAsync(offsets, prefill_layout_.offsets.data(), prefill_layout_.offsets.size() * sizeof(int64_t),
                           cudaMemcpyHostToDevice, stream_),
@@ -596,12 +522,7 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
   qkv_template.contiguous_values = contiguous_values;
   qkv_template.contiguous_capacity = end;
 
-  kc::AttentionArgs args;
-  args.dtype = kc::DType::F16;
-  args.batch = 1;
-  args.n_heads = c.n_heads;
-  args.n_kv_heads = c.n_kv_heads;
-  args.head_dim = c.head_dim;
+  kc::AttentionArgs args = attention_args(1);
   args.queries = queries;
   args.keys = contiguous_keys;
   args.values = contiguous_values;
@@ -625,7 +546,7 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
       qkv.queries = queries + c0 * q_dim;
       project_qkv(prefill_, w, l, x + c0 * c.d_model, rows, qkv);
     }
-    attend(prefill_, l, seq, true, args);
+    attend(prefill_, l, seq, Phase::Prefill, args);
     for (int64_t c0 = 0; c0 < n; c0 += chunk)
       feed_forward(prefill_, w, attended + c0 * q_dim, x + c0 * c.d_model, std::min(chunk, n - c0));
     if (progress) {
@@ -658,15 +579,9 @@ QkvStep CudaBackend::model_qkv_step() const {
   return step;
 }
 
-void CudaBackend::clear_graphs() {
-  for (auto& [key, graph] : graphs_) cudaGraphExecDestroy(graph);
-  graphs_.clear();
-  graph_seen_.clear();
-}
-
 // Reads the metadata decode() uploaded to decode_.meta: tokens [B], positions
 // [B], lengths [B], the sequence of each row [B], the page table [B][stride].
-void CudaBackend::decode_kernels(const CudaSequence& plan, int64_t B, int64_t stride, int bucket) {
+void CudaBackend::decode_kernels(const CudaSequence& seq, int64_t B, int64_t stride, int bucket) {
   const model::Config& c = config_;
   const int* meta = decode_.meta.memory.as<int>();
   float* x = decode_.x.memory.as<float>();
@@ -680,12 +595,7 @@ void CudaBackend::decode_kernels(const CudaSequence& plan, int64_t B, int64_t st
   // max_seq_len is the length bucket: the kernels size grids and splits from
   // it and read each sequence's own length from seq_lens, so one captured
   // step serves every length in the bucket.
-  kc::AttentionArgs args;
-  args.dtype = kc::DType::F16;
-  args.batch = int(B);
-  args.n_heads = c.n_heads;
-  args.n_kv_heads = c.n_kv_heads;
-  args.head_dim = c.head_dim;
+  kc::AttentionArgs args = attention_args(int(B));
   args.queries = decode_.queries.memory.as<uint16_t>();
   args.capacity = stride * options_.page_size;
   args.seq_lens = meta + 2 * B;
@@ -701,7 +611,7 @@ void CudaBackend::decode_kernels(const CudaSequence& plan, int64_t B, int64_t st
     project_qkv(decode_, w, l, x, B, qkv_template);
     args.keys = pool_->keys(l);
     args.values = pool_->values(l);
-    attend(decode_, l, plan, false, args);
+    attend(decode_, l, seq, Phase::Decode, args);
     feed_forward(decode_, w, decode_.attended.memory.as<uint16_t>(), x, B);
   }
   logits_of_last(decode_, x, B);
@@ -714,13 +624,14 @@ void CudaBackend::decode(std::span<BackendSequence* const> sequences, std::span<
   if (int64_t(tokens.size()) != B) fail("decode: {} sequences but {} tokens", B, tokens.size());
   if (B > options_.max_batch) fail("decode batch of {} exceeds the engine's maximum of {}", B, options_.max_batch);
   Stopwatch clock;
-  const CudaSequence& plan = on_gpu(*sequences[0]);
+  const CudaSequence& first = on_gpu(*sequences[0]);
   int64_t stride = 0, max_len = 0;
   for (BackendSequence* s : sequences) {
     const CudaSequence& seq = on_gpu(*s);
     if (seq.position_ < 1) fail("decode needs a prefilled sequence");
     if (seq.position_ >= seq.capacity_) fail("sequence is full ({} positions)", seq.capacity_);
-    if (seq.plan_ != plan.plan_) fail("sequences batched in one decode step must share their attention settings");
+    if (seq.plan_.key() != first.plan_.key())
+      fail("sequences batched in one decode step must share their attention settings");
     stride = std::max<int64_t>(stride, int64_t(seq.pages_.size()));
     max_len = std::max(max_len, seq.position_ + 1);
   }
@@ -744,29 +655,9 @@ void CudaBackend::decode(std::span<BackendSequence* const> sequences, std::span<
 
   constexpr int64_t kBucket = 2048;
   const int bucket = int(std::min(stride * options_.page_size, (max_len + kBucket - 1) / kBucket * kBucket));
-  const std::string key = fmt::format("{} {} {} {}", B, stride, bucket, plan.plan_);
-  const auto graph = graphs_.find(key);
-  if (graph != graphs_.end()) {
-    check(cudaGraphLaunch(graph->second, stream_), "cudaGraphLaunch");
-  } else if (graph_seen_[key]++ == 0) {
-    const size_t workspace = decode_.attention.high_water();
-    decode_kernels(plan, B, stride, bucket);  // eagerly: sizes the workspace for this key
-    if (decode_.attention.high_water() != workspace) {
-      const int seen = graph_seen_[key];
-      clear_graphs();  // they hold the old workspace
-      graph_seen_[key] = seen;
-    }
-  } else {
-    cudaGraph_t captured = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-    decode_kernels(plan, B, stride, bucket);
-    check(cudaStreamEndCapture(stream_, &captured), "cudaStreamEndCapture");
-    check(cudaGraphInstantiate(&exec, captured, 0), "cudaGraphInstantiate");
-    cudaGraphDestroy(captured);
-    graphs_.emplace(key, exec);
-    check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
-  }
+  graphs_.run(
+      fmt::format("{} {} {} {}", B, stride, bucket, first.plan_.key()), stream_,
+      [&] { decode_kernels(first, B, stride, bucket); }, [&] { return decode_.attention.high_water(); });
   check(cudaMemcpyAsync(logits, decode_.logits.memory.data(), size_t(B) * c.vocab_size * sizeof(float),
                         cudaMemcpyDeviceToHost, stream_),
         "logits download");

@@ -4,13 +4,12 @@
 // Weights are dequantized to bf16 at load and uploaded once (Q, K and V as
 // one matrix, gate and up as one); products run through cuBLAS (gpu/gemm.h),
 // the elementwise steps through gpu/ops.h, attention through the Hopper
-// kernels (cuda/kascade_cuda.h): dense, or Kascade from the same profile and
-// layer schedule the CPU uses (kascade/schedule.h).
+// kernels (cuda/kascade_cuda.h): dense, or Kascade as the plan the CPU uses
+// says (kascade/plan.h).
 //
-// The KV cache is paged: every layer has a pool of fp16 pages of page_size
-// positions, a sequence holds a list of pages (the same indices in every
-// layer) and returns them when it is destroyed. Decode steps batch sequences
-// of different lengths; the decode kernels read keys and values through the
+// The KV cache is paged (gpu/kv_pool.h): a sequence holds a list of pages.
+// Decode steps batch sequences of different lengths and run as CUDA graphs
+// (gpu/graph_cache.h); the decode kernels read keys and values through the
 // page table. A prefill call continues a sequence (a prompt in chunks of at
 // least prefill_chunk tokens, on Kascade tiles): its products in chunks of
 // prefill_chunk rows, its attention over a contiguous copy of the keys and

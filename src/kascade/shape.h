@@ -12,4 +12,8 @@ struct Shape {
   int group() const { return n_heads / n_kv_heads; }  // g = H / G
 };
 
+// Throws Error unless the shape is one the attention code takes: positive
+// counts, H a multiple of G, d a multiple of 8 in [8, 512].
+void check_shape(const Shape& shape);
+
 }  // namespace kascade

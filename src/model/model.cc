@@ -282,6 +282,60 @@ Sequence Model::new_sequence(int64_t capacity, attention::KvType kv_type,
                   std::move(strategy), std::move(local), 0, {}, {}};
 }
 
+void Model::embed(std::span<const int32_t> tokens, float* x) const {
+  const int64_t D = config_.d_model, n = int64_t(tokens.size());
+  for (int64_t t = 0; t < n; ++t) ops::dequantize_weight_row(weights_.token_embedding, tokens[size_t(t)], x + t * D);
+  if (config_.embedding_scale != 1.0f) ops::scale(x, config_.embedding_scale, n * D);
+}
+
+void Model::output_head(const float* x, int64_t n, float* normed, const Product& project, float* logits) const {
+  const Config& c = config_;
+  ops::rms_norm(x, weights_.output_norm.data(), normed, n, c.d_model, c.rms_epsilon);
+  project(weights_.output, normed, logits);
+  if (c.final_logit_softcap > 0) ops::soft_cap(logits, c.final_logit_softcap, n * c.vocab_size);
+}
+
+void Model::run_layers(std::span<const int64_t> positions, Activations& a, const Product& project,
+                       const Attend& attend, ForwardObserver* observer) const {
+  const Config& c = config_;
+  const int64_t n = int64_t(positions.size()), D = c.d_model, q_dim = int64_t(c.n_heads) * c.head_dim;
+  float *x = a.x.data(), *normed = a.normed.data(), *projected = a.projected.data();
+  float *q = a.q.data(), *k = a.k.data(), *v = a.v.data(), *attended = a.attended.data();
+  float *gate = a.gate.data(), *up = a.up.data();
+  // Local and global layers each count from 0 for their attention.
+  int local_index = 0, global_index = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = weights_.layers[size_t(l)];
+    const bool local = c.is_local_layer(l);
+    const int strategy_layer = local ? local_index++ : global_index++;
+
+    ops::rms_norm(x, w.attn_norm.data(), normed, n, D, c.rms_epsilon);
+    project_qkv(c, w, normed, n, project, q, k, v);
+    const ops::Rope& rope = local ? c.local_rope : c.rope;
+    rope.apply(q, positions, c.n_heads, c.head_dim);
+    rope.apply(k, positions, c.n_kv_heads, c.head_dim);
+    if (c.query_scale != 1.0f) ops::scale(q, c.query_scale, n * q_dim);
+    attend(l, local, strategy_layer);
+    project(w.o, attended, projected);
+    if (!w.post_attention_norm.empty())
+      ops::rms_norm(projected, w.post_attention_norm.data(), projected, n, D, c.rms_epsilon);
+    if (observer && !local) observer->on_attention_output(strategy_layer, x, projected, n, D);
+    ops::add_in_place(x, projected, n * D);
+
+    ops::rms_norm(x, w.ffn_norm.data(), normed, n, D, c.rms_epsilon);
+    project(w.gate, normed, gate);
+    project(w.up, normed, up);
+    if (c.feed_forward == FeedForward::GeluTanhGlu)
+      ops::gelu_tanh_multiply(gate, up, n * c.ffn_dim);
+    else
+      ops::silu_multiply(gate, up, n * c.ffn_dim);
+    project(w.down, gate, projected);
+    if (!w.post_ffn_norm.empty())
+      ops::rms_norm(projected, w.post_ffn_norm.data(), projected, n, D, c.rms_epsilon);
+    ops::add_in_place(x, projected, n * D);
+  }
+}
+
 void Model::forward(Sequence& seq, std::span<const int32_t> tokens, int64_t n_logits, float* logits,
                     ForwardObserver* observer) const {
   const Config& c = config_;
@@ -296,81 +350,46 @@ void Model::forward(Sequence& seq, std::span<const int32_t> tokens, int64_t n_lo
 
   Stopwatch total_clock;
   double matmul_seconds = 0, attention_seconds = 0;
-  // Runs a weight product and books its time.
-  auto project = [&](const ops::Weight& w, const float* in, int64_t rows, float* out) {
+  // A weight product of all n rows at once, its time booked.
+  int64_t rows = n;
+  const Product project = [&](const ops::Weight& w, const float* in, float* out) {
     Stopwatch clock;
     ops::matmul(w, in, rows, out);
     matmul_seconds += clock.seconds();
   };
-
-  const int64_t D = c.d_model, q_dim = int64_t(c.n_heads) * c.head_dim;
   Activations& a = seq.activations;
   reserve_rows(a, c, n);
-  float *x = a.x.data(), *normed = a.normed.data(), *projected = a.projected.data();
-  float *q = a.q.data(), *k = a.k.data(), *v = a.v.data(), *attended = a.attended.data();
-  float *gate = a.gate.data(), *up = a.up.data();
+  std::vector<int64_t> positions(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) positions[size_t(t)] = first_position + t;
 
-  for (int64_t t = 0; t < n; ++t) ops::dequantize_weight_row(weights_.token_embedding, tokens[size_t(t)], x + t * D);
-  if (c.embedding_scale != 1.0f) ops::scale(x, c.embedding_scale, n * D);
-
-  // Local and global layers each count from 0 for their attention.
-  int local_index = 0, global_index = 0;
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& w = weights_.layers[size_t(l)];
-    const bool local = c.is_local_layer(l);
-    ops::rms_norm(x, w.attn_norm.data(), normed, n, D, c.rms_epsilon);
-    project_qkv(
-        c, w, normed, n, [&](const ops::Weight& weight, const float* in, float* out) { project(weight, in, n, out); },
-        q, k, v);
-    const ops::Rope& rope = local ? c.local_rope : c.rope;
-    rope.apply(q, n, first_position, c.n_heads, c.head_dim);
-    rope.apply(k, n, first_position, c.n_kv_heads, c.head_dim);
-    if (c.query_scale != 1.0f) ops::scale(q, c.query_scale, n * q_dim);
-    seq.cache.write(l, first_position, n, k, v);
-
-    attention::Step step;
-    step.layer = local ? local_index++ : global_index++;
-    step.phase = (n == 1 && first_position > 0) ? attention::Phase::Decode : attention::Phase::Prefill;
-    step.queries = q;
-    step.n_queries = n;
-    step.first_position = first_position;
-    step.cache = seq.cache.layer(l);
-    step.output = attended;
-    Stopwatch attention_clock;
-    (local ? seq.local_attention : seq.attention)->forward(step);
-    attention_seconds += attention_clock.seconds();
-
-    project(w.o, attended, n, projected);
-    if (!w.post_attention_norm.empty())
-      ops::rms_norm(projected, w.post_attention_norm.data(), projected, n, D, c.rms_epsilon);
-    if (observer && !local) observer->on_attention_output(step.layer, x, projected, n, c.d_model);
-    ops::add_in_place(x, projected, n * D);
-
-    ops::rms_norm(x, w.ffn_norm.data(), normed, n, D, c.rms_epsilon);
-    project(w.gate, normed, n, gate);
-    project(w.up, normed, n, up);
-    if (c.feed_forward == FeedForward::GeluTanhGlu)
-      ops::gelu_tanh_multiply(gate, up, n * c.ffn_dim);
-    else
-      ops::silu_multiply(gate, up, n * c.ffn_dim);
-    project(w.down, gate, n, projected);
-    if (!w.post_ffn_norm.empty())
-      ops::rms_norm(projected, w.post_ffn_norm.data(), projected, n, D, c.rms_epsilon);
-    ops::add_in_place(x, projected, n * D);
-  }
+  embed(tokens, a.x.data());
+  run_layers(
+      positions, a, project,
+      [&](int l, bool local, int strategy_layer) {
+        seq.cache.write(l, first_position, n, a.k.data(), a.v.data());
+        attention::Step step;
+        step.layer = strategy_layer;
+        step.phase = (n == 1 && first_position > 0) ? attention::Phase::Decode : attention::Phase::Prefill;
+        step.queries = a.q.data();
+        step.n_queries = n;
+        step.first_position = first_position;
+        step.cache = seq.cache.layer(l);
+        step.output = a.attended.data();
+        Stopwatch clock;
+        (local ? seq.local_attention : seq.attention)->forward(step);
+        attention_seconds += clock.seconds();
+      },
+      observer);
   seq.n_past += n;
 
   if (n_logits > 0) {
-    const float* last = x + (n - n_logits) * D;
-    ops::rms_norm(last, weights_.output_norm.data(), normed, n_logits, D, c.rms_epsilon);
-    project(weights_.output, normed, n_logits, logits);
-    if (c.final_logit_softcap > 0) ops::soft_cap(logits, c.final_logit_softcap, n_logits * c.vocab_size);
+    rows = n_logits;
+    output_head(a.x.data() + (n - n_logits) * c.d_model, n_logits, a.normed.data(), project, logits);
   }
   seq.time.matmul_seconds += matmul_seconds;
   seq.time.attention_seconds += attention_seconds;
   seq.time.total_seconds += total_clock.seconds();
 }
-
 
 void Model::decode(std::span<Sequence* const> seqs, std::span<const int32_t> tokens, float* logits,
                    Activations& scratch) const {
@@ -392,33 +411,29 @@ void Model::decode(std::span<Sequence* const> seqs, std::span<const int32_t> tok
   double matmul_seconds = 0;
   std::vector<double> attention_seconds(size_t(n), 0.0);
   // Products on all rows at once, each row's result independent of the others.
-  auto project = [&](const ops::Weight& w, const float* in, float* out) {
+  const Product project = [&](const ops::Weight& w, const float* in, float* out) {
     Stopwatch clock;
     ops::matmul_per_token(w, in, n, out);
     matmul_seconds += clock.seconds();
   };
-
-  const int64_t D = c.d_model, q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+  const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
   Activations& a = scratch;
   reserve_rows(a, c, n);
-  float *x = a.x.data(), *normed = a.normed.data(), *projected = a.projected.data();
-  float *q = a.q.data(), *k = a.k.data(), *v = a.v.data(), *attended = a.attended.data();
-  float *gate = a.gate.data(), *up = a.up.data();
+  std::vector<int64_t> positions(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) positions[size_t(i)] = seqs[size_t(i)]->n_past;
 
-  for (int64_t t = 0; t < n; ++t) ops::dequantize_weight_row(weights_.token_embedding, tokens[size_t(t)], x + t * D);
-  if (c.embedding_scale != 1.0f) ops::scale(x, c.embedding_scale, n * D);
-
-  // Attention of one sequence at one layer.
-  auto attend = [&](int64_t i, int l, bool local, int index) {
+  // K/V and attention of sequence i at one layer.
+  const auto attend_one = [&](int64_t i, int l, bool local, int strategy_layer) {
     Sequence& seq = *seqs[size_t(i)];
+    seq.cache.write(l, seq.n_past, 1, a.k.data() + i * kv_dim, a.v.data() + i * kv_dim);
     attention::Step step;
-    step.layer = index;
+    step.layer = strategy_layer;
     step.phase = seq.n_past > 0 ? attention::Phase::Decode : attention::Phase::Prefill;
-    step.queries = q + i * q_dim;
+    step.queries = a.q.data() + i * q_dim;
     step.n_queries = 1;
     step.first_position = seq.n_past;
     step.cache = seq.cache.layer(l);
-    step.output = attended + i * q_dim;
+    step.output = a.attended.data() + i * q_dim;
     Stopwatch clock;
     (local ? seq.local_attention : seq.attention)->forward(step);
     attention_seconds[size_t(i)] += clock.seconds();
@@ -428,51 +443,20 @@ void Model::decode(std::span<Sequence* const> seqs, std::span<const int32_t> tok
   // do not depend on the thread count); fewer, each uses every thread.
   const bool across_sequences = n >= 2 * int64_t(std::max(1, omp_get_max_threads()));
 
-  int local_index = 0, global_index = 0;
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& w = weights_.layers[size_t(l)];
-    const bool local = c.is_local_layer(l);
-    const int index = local ? local_index++ : global_index++;
-    ops::rms_norm(x, w.attn_norm.data(), normed, n, D, c.rms_epsilon);
-    project_qkv(c, w, normed, n, project, q, k, v);
-    const ops::Rope& rope = local ? c.local_rope : c.rope;
-    for (int64_t i = 0; i < n; ++i) {
-      Sequence& seq = *seqs[size_t(i)];
-      rope.apply(q + i * q_dim, 1, seq.n_past, c.n_heads, c.head_dim);
-      rope.apply(k + i * kv_dim, 1, seq.n_past, c.n_kv_heads, c.head_dim);
-    }
-    if (c.query_scale != 1.0f) ops::scale(q, c.query_scale, n * q_dim);
-    for (int64_t i = 0; i < n; ++i) seqs[size_t(i)]->cache.write(l, seqs[size_t(i)]->n_past, 1, k + i * kv_dim, v + i * kv_dim);
-
-    if (across_sequences) {
+  embed(tokens, a.x.data());
+  run_layers(
+      positions, a, project,
+      [&](int l, bool local, int strategy_layer) {
+        if (across_sequences) {
 #pragma omp parallel for schedule(dynamic, 1)
-      for (int64_t i = 0; i < n; ++i) attend(i, l, local, index);
-    } else {
-      for (int64_t i = 0; i < n; ++i) attend(i, l, local, index);
-    }
-
-    project(w.o, attended, projected);
-    if (!w.post_attention_norm.empty())
-      ops::rms_norm(projected, w.post_attention_norm.data(), projected, n, D, c.rms_epsilon);
-    ops::add_in_place(x, projected, n * D);
-
-    ops::rms_norm(x, w.ffn_norm.data(), normed, n, D, c.rms_epsilon);
-    project(w.gate, normed, gate);
-    project(w.up, normed, up);
-    if (c.feed_forward == FeedForward::GeluTanhGlu)
-      ops::gelu_tanh_multiply(gate, up, n * c.ffn_dim);
-    else
-      ops::silu_multiply(gate, up, n * c.ffn_dim);
-    project(w.down, gate, projected);
-    if (!w.post_ffn_norm.empty())
-      ops::rms_norm(projected, w.post_ffn_norm.data(), projected, n, D, c.rms_epsilon);
-    ops::add_in_place(x, projected, n * D);
-  }
+          for (int64_t i = 0; i < n; ++i) attend_one(i, l, local, strategy_layer);
+        } else {
+          for (int64_t i = 0; i < n; ++i) attend_one(i, l, local, strategy_layer);
+        }
+      },
+      nullptr);
   for (Sequence* seq : seqs) ++seq->n_past;
-
-  ops::rms_norm(x, weights_.output_norm.data(), normed, n, D, c.rms_epsilon);
-  project(weights_.output, normed, logits);
-  if (c.final_logit_softcap > 0) ops::soft_cap(logits, c.final_logit_softcap, n * c.vocab_size);
+  output_head(a.x.data(), n, a.normed.data(), project, logits);
 
   // Each sequence books its share of the products and its own attention.
   const double total = total_clock.seconds();

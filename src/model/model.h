@@ -189,6 +189,24 @@ class Model {
   // Moves the weight matrices from the file mapping into large pages.
   void move_weights_to_large_pages();
 
+  // The products of a step's rows: all rows at once (a prefill chunk), or
+  // per token (a batched decode: each row rounds as it would alone).
+  using Product = std::function<void(const ops::Weight& weight, const float* in, float* out)>;
+  // Writes the rows' K/V (a.k, a.v) into their caches and attends their
+  // queries (a.q) into a.attended, for model layer `layer`, numbered
+  // `strategy_layer` among the layers of its kind (local or global).
+  using Attend = std::function<void(int layer, bool local, int strategy_layer)>;
+  // Every layer over the step's rows, row t at position positions[t], from
+  // the embeddings in a.x: the attention half (norm, QKV, RoPE, `attend`,
+  // output projection, residual) and the feed-forward half (norm, gated FFN,
+  // residual). The one layer body of forward and decode.
+  void run_layers(std::span<const int64_t> positions, Activations& a, const Product& project, const Attend& attend,
+                  ForwardObserver* observer) const;
+  // x = the embeddings of the tokens.
+  void embed(std::span<const int32_t> tokens, float* x) const;
+  // logits = the output head over n rows of x (final norm, product, soft cap).
+  void output_head(const float* x, int64_t n, float* normed, const Product& project, float* logits) const;
+
   gguf::File file_;
   LargePageBuffer weight_pages_;  // the matrices' bytes, which the ops::Weights point into
   Config config_;

@@ -106,13 +106,14 @@ void add_bias(float* x, const float* bias, int64_t n, int64_t dim) {
     for (int64_t i = 0; i < dim; ++i) x[t * dim + i] += bias[i];
 }
 
-void Rope::apply(float* x, int64_t n, int64_t first_position, int n_heads, int head_dim) const {
+void Rope::apply(float* x, std::span<const int64_t> positions, int n_heads, int head_dim) const {
   const int pairs = rope_dim / 2;
+  const int64_t n = int64_t(positions.size());
 #pragma omp parallel for schedule(static) if (n > 4)
   for (int64_t t = 0; t < n; ++t) {
     // Angles in double: positions reach 10^5 and fp32 phase error would grow with them.
     std::vector<float> cosines(static_cast<size_t>(pairs)), sines(static_cast<size_t>(pairs));
-    const double position = double(first_position + t);
+    const double position = double(positions[size_t(t)]);
     for (int i = 0; i < pairs; ++i) {
       const double angle = position * double(inverse_frequencies[size_t(i)]);
       cosines[size_t(i)] = float(std::cos(angle));

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace kascade::ops {
@@ -40,8 +41,8 @@ struct Rope {
   int rope_dim = 0;  // leading dimensions of each head that rotate
   std::vector<float> inverse_frequencies;  // rope_dim / 2 values
 
-  // Rotates `n_heads` heads of `head_dim` for each of n tokens at positions first_position + t.
-  void apply(float* x, int64_t n, int64_t first_position, int n_heads, int head_dim) const;
+  // Rotates `n_heads` heads of `head_dim` of each row t at position positions[t].
+  void apply(float* x, std::span<const int64_t> positions, int n_heads, int head_dim) const;
 };
 
 }  // namespace kascade::ops

@@ -1,15 +1,25 @@
 #include "server/api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
 
 namespace kascade::server {
 
 using nlohmann::json;
 
 namespace {
+
+std::string api_name(std::string_view setting) {
+  std::string name(setting);
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
 
 [[noreturn]] void bad(const std::string& param, const std::string& message, const std::string& code = {}) {
   throw ApiError(400, message, "invalid_request_error", param, code);
@@ -82,37 +92,41 @@ std::string text_content(const json& content, const std::string& param) {
   return text;
 }
 
-void parse_kascade(const json& k, attention::StrategyOptions& a, const ApiDefaults& defaults) {
+// The "kascade" object: the per-request attention settings of
+// kascade/options.h, named with '_' for '-' (min_k, sparse_phases).
+void parse_kascade(const json& k, AttentionOptions& a) {
   if (k.is_null()) return;
   if (!k.is_object()) bad("kascade", fmt::format("'kascade' must be an object, got {}", type_name(k)));
-  for (const auto& [key, value] : k.items())
-    if (key != "attention" && key != "budget" && key != "min_k" && key != "sparse_phases" && key != "reuse")
-      bad("kascade." + key,
-          fmt::format("unknown field 'kascade.{}' (known: attention, budget, min_k, sparse_phases, reuse)", key));
-  const json& name = field(k, "attention");
-  if (!name.is_null()) {
-    if (!name.is_string()) bad("kascade.attention", fmt::format("'kascade.attention' must be a string, got {}", type_name(name)));
-    const std::string n = name.get<std::string>();
-    bool known = false;
-    for (const std::string_view s : attention::strategy_names()) known |= s == n;
-    if (!known)
-      bad("kascade.attention", fmt::format("unknown attention '{}' (known: {})", n,
-                                           fmt::join(attention::strategy_names(), ", ")));
-    a.name = n;
-  }
-  if (const auto p = number(k, "budget", 0, 100, /*low_open=*/true)) a.budget_percent = *p;
-  if (const auto m = integer(k, "min_k", 1, int64_t(1) << 30)) a.min_k = *m;
-  const json& phases = field(k, "sparse_phases");
-  if (!phases.is_null()) {
-    if (phases == "both") a.sparse_phases = attention::SparsePhases::Both;
-    else if (phases == "decode") a.sparse_phases = attention::SparsePhases::DecodeOnly;
-    else if (phases == "prefill") a.sparse_phases = attention::SparsePhases::PrefillOnly;
-    else bad("kascade.sparse_phases", "'kascade.sparse_phases' must be \"both\", \"decode\" or \"prefill\"");
-  }
-  const json& reuse = field(k, "reuse");
-  if (!reuse.is_null()) {
-    if (!reuse.is_boolean()) bad("kascade.reuse", fmt::format("'kascade.reuse' must be true or false, got {}", type_name(reuse)));
-    a.all_anchors = !reuse.get<bool>();
+  std::vector<std::string> known;
+  for (const AttentionSetting& s : attention_settings())
+    if (s.per_request) known.push_back(api_name(s.name));
+  for (const auto& [key, value] : k.items()) {
+    const std::string param = "kascade." + key;
+    const AttentionSetting* setting = nullptr;
+    for (const AttentionSetting& s : attention_settings())
+      if (s.per_request && api_name(s.name) == key) setting = &s;
+    if (!setting) bad(param, fmt::format("unknown field '{}' (known: {})", param, fmt::join(known, ", ")));
+    std::string text;
+    switch (setting->kind) {
+      case SettingKind::Switch:
+        if (!value.is_boolean()) bad(param, fmt::format("'{}' must be true or false, got {}", param, type_name(value)));
+        text = value.get<bool>() ? "true" : "false";
+        break;
+      case SettingKind::Integer:
+      case SettingKind::Number:
+        if (!value.is_number()) bad(param, fmt::format("'{}' must be a number, got {}", param, type_name(value)));
+        text = value.dump();
+        break;
+      case SettingKind::Choice:
+        if (!value.is_string()) bad(param, fmt::format("'{}' must be a string, got {}", param, type_name(value)));
+        text = value.get<std::string>();
+        break;
+    }
+    try {
+      set_attention_option(a, setting->name, text, param);
+    } catch (const Error& e) {
+      bad(param, e.what());
+    }
   }
 }
 
@@ -228,8 +242,8 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiDefa
   }
 
   r.attention = defaults.attention;
-  parse_kascade(field(doc, "kascade"), r.attention, defaults);
-  if (r.attention.name == "kascade") {
+  parse_kascade(field(doc, "kascade"), r.attention);
+  if (r.attention.kascade()) {
     if (defaults.profile) r.attention.profile = defaults.profile;
   } else {
     r.attention.profile.reset();

@@ -25,7 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "attention/strategies.h"
+#include "kascade/options.h"
 #include "engine/generate.h"
 #include "tokenizer/chat_template.h"
 
@@ -49,7 +49,7 @@ enum class Endpoint { Chat, Completion };
 // What the command line decided for every request.
 struct ApiDefaults {
   std::string model_id;                    // what /v1/models lists and requests may name
-  attention::StrategyOptions attention;    // --attention and its flags
+  AttentionOptions attention;    // --attention and its flags
   std::optional<KascadeProfile> profile;   // applied whenever a request's attention is kascade
   int64_t context = 0;                     // tokens a request may use: prompt + completion
 };
@@ -60,7 +60,7 @@ struct ApiRequest {
   std::string prompt;                            // completion
   std::optional<int64_t> max_tokens;             // unset: the rest of the context
   engine::GenerateOptions generate;              // sampling and stop strings (max tokens set later)
-  attention::StrategyOptions attention;
+  AttentionOptions attention;
   bool stream = false;
   bool include_usage = false;                    // stream_options.include_usage
 };

@@ -226,7 +226,7 @@ class Server {
       std::vector<int32_t> prompt = tokenize(r);
       fit_context(r, int64_t(prompt.size()), defaults_);
       try {
-        attention::make_strategy(r.attention, backend_.config().attention_shape());  // the options' checks
+        validate_attention(r.attention, backend_.config().attention_shape());  // the options' checks
       } catch (const Error& e) {
         throw ApiError(400, e.what(), "invalid_request_error", "kascade");
       }

@@ -79,7 +79,7 @@ struct GreedyRun {
 };
 
 // Prefill, then `steps` greedy decode steps.
-GreedyRun greedy(engine::Backend& backend, const attention::StrategyOptions& attention, std::span<const int32_t> prompt,
+GreedyRun greedy(engine::Backend& backend, const AttentionOptions& attention, std::span<const int32_t> prompt,
            int steps) {
   auto seq = backend.new_sequence({int64_t(prompt.size()) + steps, attention, attention::KvType::F16});
   GreedyRun run;
@@ -147,12 +147,12 @@ class GpuEngine : public ::testing::Test {
   }
 };
 
-attention::StrategyOptions dense() { return {}; }
+AttentionOptions dense() { return {}; }
 
-attention::StrategyOptions kascade_options(const engine::Backend& backend, double percent, int64_t min_k) {
-  attention::StrategyOptions o;
-  o.name = "kascade";
-  o.sparse_phases = attention::SparsePhases::Both;  // the method with reuse: the defaults are a subset
+AttentionOptions kascade_options(const engine::Backend& backend, double percent, int64_t min_k) {
+  AttentionOptions o;
+  o.method = Method::Kascade;
+  o.sparse_phases = SparsePhases::Both;  // the method with reuse: the defaults are a subset
   o.all_anchors = false;
   o.budget_percent = percent;
   o.min_k = min_k;
@@ -191,7 +191,7 @@ TEST_F(GpuEngine, BatchedDecodeMatchesTheCpu) {
   auto gpu = gpu::make_cuda_backend(path);
   auto cpu = engine::make_cpu_backend(path);
   const int vocab = gpu->config().vocab_size;
-  for (const attention::StrategyOptions& options : {dense(), kascade_options(*gpu, 100, 64)}) {
+  for (const AttentionOptions& options : {dense(), kascade_options(*gpu, 100, 64)}) {
     const std::vector<std::vector<int32_t>> prompts = {random_tokens(90, vocab, 1), random_tokens(1500, vocab, 2),
                                                        random_tokens(777, vocab, 3)};
     std::vector<std::unique_ptr<engine::BackendSequence>> on_gpu, on_cpu;
@@ -212,7 +212,7 @@ TEST_F(GpuEngine, BatchedDecodeMatchesTheCpu) {
         cpu->decode(single, std::span(&tokens[i], 1), reference.data());
         const std::span<const float> row(batched.data() + i * vocab, size_t(vocab));
         EXPECT_LT(relative_error(row, reference), 0.03)
-            << options.name << " p=" << options.budget_percent << " sequence " << i << " step " << step;
+            << method_name(options.method) << " p=" << options.budget_percent << " sequence " << i << " step " << step;
         tokens[i] = argmax(reference);  // teacher-forced: both sides continue with the CPU's choice
       }
     }
@@ -443,15 +443,15 @@ TEST_F(GpuEngine, DefaultModelMatchesTheCpu) {
   std::string haystack_path = std::string(KASCADE_SOURCE_DIR) + "/data/haystack/haystack.txt";
   if (!std::filesystem::exists(haystack_path)) haystack_path = "data/haystack/haystack.txt";  // another checkout
   const std::vector<int32_t> haystack = tokenizer.encode(read_file(haystack_path, "haystack"), true);
-  attention::StrategyOptions kascade = kascade_options(*cpu, 10, 128);
+  AttentionOptions kascade = kascade_options(*cpu, 10, 128);
   kascade.profile = model::resolve_profile("", path, cpu->config(), cpu->file(), true);
   size_t compared = 0, runs = 0;  // decode tokens compared before a near-tie, over all prompts
   const int64_t lengths[] = {1000, 8000, 2000, 7000, 3000, 6000, 4000, 5000, 1500, 8000};
   for (size_t p = 0; p < std::size(lengths); ++p) {
     const std::vector<int32_t> prompt = prose(haystack, 1000 + int64_t(p) * 30011, lengths[p]);
-    for (const attention::StrategyOptions& options : {dense(), kascade}) {
+    for (const AttentionOptions& options : {dense(), kascade}) {
       compared += expect_parity(greedy(*gpu, options, prompt, 8), greedy(*cpu, options, prompt, 8), 0.05,
-                                fmt::format("default model, prompt {}, {} tokens, {}", p, lengths[p], options.name));
+                                fmt::format("default model, prompt {}, {} tokens, {}", p, lengths[p], method_name(options.method)));
       ++runs;
     }
   }
@@ -461,15 +461,15 @@ TEST_F(GpuEngine, DefaultModelMatchesTheCpu) {
 
 TEST_F(GpuEngine, RefusesWhatItDoesNotRun) {
   auto gpu = gpu::make_cuda_backend(synthetic_model(TensorType::BF16, 4));
-  attention::StrategyOptions quest;
-  quest.name = "quest";
+  AttentionOptions quest;
+  quest.method = Method::Quest;
   EXPECT_THROW(gpu->new_sequence({100, quest, attention::KvType::F16}), Error);
-  attention::StrategyOptions refined = kascade_options(*gpu, 10, 128);
+  AttentionOptions refined = kascade_options(*gpu, 10, 128);
   refined.refine_factor = 3;
   EXPECT_THROW(gpu->new_sequence({100, refined, attention::KvType::F16}), Error);
   EXPECT_THROW(gpu->new_sequence({int64_t(1) << 40, dense(), attention::KvType::F16}), Error);
   // Kascade's sparse prefill continues a sequence only on a tile boundary.
-  const attention::StrategyOptions kascade = kascade_options(*gpu, 10, 32);
+  const AttentionOptions kascade = kascade_options(*gpu, 10, 32);
   auto seq = gpu->new_sequence({200, kascade, attention::KvType::F16});
   const std::vector<int32_t> prompt = random_tokens(50, gpu->config().vocab_size, 9);
   gpu->prefill(*seq, prompt, {}, 512);
@@ -484,26 +484,26 @@ TEST_F(GpuEngine, RefusesWhatItDoesNotRun) {
 TEST_F(GpuEngine, ChunkedPrefillMatchesOnePass) {
   auto gpu = gpu::make_cuda_backend(synthetic_model(TensorType::BF16, 4));
   const std::vector<int32_t> prompt = random_tokens(1700, gpu->config().vocab_size, 21);
-  for (const attention::StrategyOptions& options : {dense(), kascade_options(*gpu, 10, 32)}) {
+  for (const AttentionOptions& options : {dense(), kascade_options(*gpu, 10, 32)}) {
     const GreedyRun one_pass = greedy(*gpu, options, prompt, 6);
     auto seq = gpu->new_sequence({int64_t(prompt.size()) + 6, options, attention::KvType::F16});
     std::vector<float> logits;
     for (size_t start = 0; start < prompt.size(); start += 512)
       logits = gpu->prefill(*seq, std::span(prompt).subspan(start, std::min<size_t>(512, prompt.size() - start)), {},
                             512);
-    const double tolerance = options.name == "dense" ? 1e-3 : 0.05;
+    const double tolerance = options.method == Method::Dense ? 1e-3 : 0.05;
     double worst = relative_error(logits, one_pass.prefill_logits);
-    EXPECT_LT(worst, tolerance) << options.name << " prefill";
+    EXPECT_LT(worst, tolerance) << method_name(options.method) << " prefill";
     for (size_t i = 0; i < one_pass.tokens.size(); ++i) {
       engine::BackendSequence* one[] = {seq.get()};
       gpu->decode(one, std::span(&one_pass.tokens[i], 1), logits.data());
       if (i + 1 < one_pass.logits.size()) {
         const double error = relative_error(logits, one_pass.logits[i + 1]);
-        EXPECT_LT(error, tolerance) << options.name << " decode step " << i;
+        EXPECT_LT(error, tolerance) << method_name(options.method) << " decode step " << i;
         worst = std::max(worst, error);
       }
     }
-    std::printf("chunked prefill %s: logits relative error %.2e against one pass\n", options.name.c_str(), worst);
+    std::printf("chunked prefill %s: logits relative error %.2e against one pass\n", std::string(method_name(options.method)).c_str(), worst);
   }
 }
 

@@ -47,9 +47,9 @@ class SchedulerOnModel : public ::testing::Test {
     backend_->limit_kv_tokens(INT64_MAX);
   }
 
-  static attention::StrategyOptions strategy(const std::string& name) {
-    attention::StrategyOptions options;
-    options.name = name;
+  static AttentionOptions strategy(const std::string& name) {
+    AttentionOptions options;
+    set_attention_option(options, "attention", name);
     if (name == "kascade") options.profile = *profile_;
     options.min_k = 16;  // sparse already at these short lengths
     return options;

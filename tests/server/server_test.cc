@@ -14,7 +14,7 @@ ApiDefaults defaults() {
   ApiDefaults d;
   d.model_id = "test-model";
   d.context = 100;
-  d.attention.name = "dense";
+  d.attention.method = Method::Dense;
   return d;
 }
 
@@ -49,7 +49,7 @@ TEST(ServerApi, ParsesAChatRequest) {
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
   EXPECT_TRUE(r.generate.ignore_eos);
-  EXPECT_EQ(r.attention.name, "dense");
+  EXPECT_EQ(r.attention.method, Method::Dense);
   EXPECT_TRUE(completion(R"({"prompt": "x", "ignore_eos": true})").generate.ignore_eos);
   EXPECT_FALSE(completion(R"({"prompt": "x", "ignore_eos": false})").generate.ignore_eos);
 }
@@ -73,21 +73,21 @@ TEST(ServerApi, KascadeFieldChoosesTheAttention) {
   const ApiRequest r = parse_request(
       Endpoint::Completion,
       R"({"prompt": "x", "kascade": {"attention": "kascade", "budget": 5, "min_k": 32, "sparse_phases": "decode"}})", d);
-  EXPECT_EQ(r.attention.name, "kascade");
+  EXPECT_EQ(r.attention.method, Method::Kascade);
   EXPECT_DOUBLE_EQ(r.attention.budget_percent, 5);
   EXPECT_EQ(r.attention.min_k, 32);
-  EXPECT_EQ(r.attention.sparse_phases, attention::SparsePhases::DecodeOnly);
+  EXPECT_EQ(r.attention.sparse_phases, SparsePhases::DecodeOnly);
   EXPECT_TRUE(r.attention.all_anchors);  // the default: no reuse
   EXPECT_TRUE(r.attention.profile.has_value());
   const ApiRequest paper = parse_request(
       Endpoint::Completion, R"({"prompt": "x", "kascade": {"reuse": true, "sparse_phases": "both"}})", d);
   EXPECT_FALSE(paper.attention.all_anchors);
-  EXPECT_EQ(paper.attention.sparse_phases, attention::SparsePhases::Both);
+  EXPECT_EQ(paper.attention.sparse_phases, SparsePhases::Both);
   // Without the field: the command line's choice.
-  d.attention.name = "kascade";
+  d.attention.method = Method::Kascade;
   d.attention.budget_percent = 20;
   const ApiRequest plain = parse_request(Endpoint::Completion, R"({"prompt": "x"})", d);
-  EXPECT_EQ(plain.attention.name, "kascade");
+  EXPECT_EQ(plain.attention.method, Method::Kascade);
   EXPECT_DOUBLE_EQ(plain.attention.budget_percent, 20);
   EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt": "x", "kascade": {"attention": "dense"}})", d)
                 .attention.profile.has_value(),
@@ -144,8 +144,8 @@ TEST(ServerApi, BadInputIs400NamingTheParameter) {
       {Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{}]})", "tools"},
       {Endpoint::Completion, R"({"prompt": "x", "kascade": "fast"})", "kascade"},
       {Endpoint::Completion, R"({"prompt": "x", "kascade": {"attention": "magic"}})", "kascade.attention"},
-      {Endpoint::Completion, R"({"prompt": "x", "kascade": {"budget": 0}})", "budget"},
-      {Endpoint::Completion, R"({"prompt": "x", "kascade": {"budget": 101}})", "budget"},
+      {Endpoint::Completion, R"({"prompt": "x", "kascade": {"budget": 0}})", "kascade.budget"},
+      {Endpoint::Completion, R"({"prompt": "x", "kascade": {"budget": 101}})", "kascade.budget"},
       {Endpoint::Completion, R"({"prompt": "x", "kascade": {"bduget": 5}})", "kascade.bduget"},
       {Endpoint::Completion, R"({"prompt": "x", "kascade": {"sparse_phases": "all"}})", "kascade.sparse_phases"},
       {Endpoint::Completion, R"({"prompt": "x", "kascade": {"reuse": 1}})", "kascade.reuse"},

@@ -1,5 +1,7 @@
-// engine::make_backend: the one place that knows which backends this build
-// has (the GPU engine only with -DKASCADE_CUDA=ON).
+// make_backend: the one place that knows which backends this build has (the
+// GPU engine only with -DKASCADE_CUDA=ON).
+#include "backends/devices.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -7,13 +9,15 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "engine/backend.h"
 #ifdef KASCADE_HAVE_CUDA
 #include "gpu/backend.h"
 #include "gpu/device.h"
 #endif
 
-namespace kascade::engine {
+namespace kascade::backends {
+
+using engine::Backend;
+using engine::make_cpu_backend;
 
 std::string_view supported_devices() {
 #ifdef KASCADE_HAVE_CUDA
@@ -52,4 +56,4 @@ std::unique_ptr<Backend> make_backend(std::string_view device, const std::string
   fail("--device '{}' is not a device (devices: {})", device, supported_devices());
 }
 
-}  // namespace kascade::engine
+}  // namespace kascade::backends

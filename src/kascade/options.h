@@ -1,0 +1,164 @@
+// The attention a sequence runs, as the front ends state it, and the one
+// parser of those settings. The CLI's flags (--budget 5 --reuse), the
+// server's per-request "kascade" object ({"budget": 5, "reuse": true}) and
+// eval's strategy names (kascade-p5-reuse) all set AttentionOptions through
+// the table of settings here, so a setting is defined, checked and named once.
+//
+// Methods (KASCADE.md):
+//   dense        exact causal attention.
+//   kascade      anchors select per-KV-head top-k keys (post-softmax pooled over
+//                the group and, in prefill, a tile of T queries; rolling budget
+//                budget(s) over [0, s) plus the own tile causally; in decode
+//                budget(N) over all N keys); reuse layers read the most recent
+//                anchor's sets through head_map. Dense layers (default {0})
+//                attend densely; an anchor among them still selects.
+//   oracle-topk  every layer selects each query head's own top-k (per tile in
+//                prefill, per token in decode); dense layers default {0}.
+//   streaming    sink_tokens first keys + the most recent keys of each query
+//                (window = budget(N) - sinks, or ceil(window_fraction * N)),
+//                in prefill and decode.
+//   quest        decode only: pages of page_size keys, page score
+//                sum_c max(q_c kmax_c, q_c kmin_c), top ceil(budget/page_size)
+//                pages per query head; dense layers default {0, 1}.
+//   omnikv       decode only: filter layers attend densely and select one
+//                top-k by the max over all heads of the softmax; later layers
+//                reuse it; layers before the first filter and right after
+//                each filter are dense.
+//   lessismore   decode only: layers before the first selection layer are
+//                dense; selection layers attend densely and take the union of
+//                per-head top-k (rank by rank, heads in order, until the
+//                union fills (1 - recent_fraction) of the budget), plus
+//                sink_tokens sinks and the most recent keys in the remaining
+//                share; later layers reuse the set.
+//
+// Kascade ablations:
+//   all_heads_pooled     one set per unit for every KV head, pooled over all heads.
+//   no_remap             reuse layer head h reads anchor head h (head_map ignored).
+//   pre_softmax_pooling  pool raw scores q.k/sqrt(d) instead of probabilities.
+//   fixed_budget         every prefill tile of a step selects
+//                        k = budget(first_position + n_queries) keys (capped at
+//                        its s candidates) instead of the rolling budget(s):
+//                        with a one-chunk prefill, p% of the whole prompt for
+//                        every tile. Decode is unchanged (budget(N)).
+//   sparse_phases        which phases are sparse: both (the paper), decode
+//                        only (dense prefill, the reference code's
+//                        DecodeOnlyKascadeStrategy) or prefill only.
+//   all_anchors          every layer an anchor: pooling, tiles and the rolling
+//                        budget without reuse; false reuses as the profile says.
+//   own_tile_in_budget   a prefill tile's k counts its own tile (the reference
+//                        code's k -= T) instead of adding it on top.
+// The defaults, decode-only with every layer an anchor, are what kept dense
+// accuracy on real models at p = 10 (docs/accuracy.md): cross-layer reuse
+// (all_anchors = false) and sparse prefill lost needles on them.
+// Kascade variant (KASCADE.md, "refined reuse"):
+//   refine_factor c > 1  anchors keep c x budget candidates per KV head; each
+//                        reuse layer scores its candidates (through the head
+//                        map) with its own queries, post-softmax pooled over the
+//                        group and normalised over the candidates, and attends
+//                        its own top budget of them. An anchor attends its own
+//                        top budget, as without refinement.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kascade/profile.h"
+#include "kascade/shape.h"
+
+namespace kascade {
+
+enum class Method { Dense, Kascade, OracleTopK, Streaming, Quest, OmniKv, LessIsMore };
+
+// "dense", "kascade", ...: the names front ends take, in the order above.
+std::span<const std::string_view> method_names();
+std::string_view method_name(Method method);
+
+// Which phases Kascade makes sparse; the other attends densely.
+enum class SparsePhases { Both, DecodeOnly, PrefillOnly };
+
+struct AttentionOptions {
+  Method method = Method::Dense;
+  double budget_percent = 10;  // p, in (0, 100]
+  int64_t min_k = 128;         // >= 1
+  int64_t tile = 32;           // prefill query tile T (kascade, oracle-topk), > 0
+
+  bool all_heads_pooled = false;
+  bool no_remap = false;
+  bool pre_softmax_pooling = false;
+  bool fixed_budget = false;
+  SparsePhases sparse_phases = SparsePhases::DecodeOnly;
+  bool all_anchors = true;
+  bool own_tile_in_budget = false;
+  int refine_factor = 1;  // c; 1 = plain reuse; > 1 needs reuse (all_anchors false)
+
+  // Layers attended densely; unset: kascade/oracle-topk {0}, quest {0, 1}.
+  std::optional<std::vector<int>> dense_layers;
+  // Kascade anchors and head maps; unset: default_profile(shape).
+  std::optional<KascadeProfile> profile;
+
+  int64_t sink_tokens = 4;     // streaming, lessismore
+  double window_fraction = 0;  // streaming: > 0 sets the window to this share of N
+  int64_t page_size = 16;      // quest
+  // omnikv filter layers; unset: Llama's {2, 8, 18} scaled to the depth.
+  std::optional<std::vector<int>> filter_layers;
+  // lessismore selection layers; unset: Llama's {2, 13} scaled to the depth.
+  std::optional<std::vector<int>> selection_layers;
+  double recent_fraction = 0.25;  // lessismore: budget share of sinks + recent keys
+
+  bool kascade() const { return method == Method::Kascade; }
+};
+
+// ---------------------------------------------------------------------------
+// The settings front ends expose, by name.
+
+enum class SettingKind { Switch, Integer, Number, Choice };
+
+struct AttentionSetting {
+  std::string_view name;  // the CLI flag without "--"; the server's field with '_' for '-'
+  SettingKind kind;
+  std::string_view help;
+  bool per_request;                         // the server's "kascade" object takes it
+  std::span<const std::string_view> choices;  // kind Choice: the values it takes
+  std::string (*current)(const AttentionOptions&);  // the value as text (CLI help's default)
+  // Parses `value` into the options; `shown_as` names the setting in errors.
+  void (*set)(AttentionOptions&, std::string_view shown_as, std::string_view value);
+};
+
+std::span<const AttentionSetting> attention_settings();
+
+// Sets one option from its text: a switch takes "" or "true" (on) and
+// "false"; numbers are decimal; choices one of their values. Throws Error
+// naming the setting (as `shown_as`, e.g. "--budget"; default its name) and
+// what it takes.
+void set_attention_option(AttentionOptions& options, std::string_view name, std::string_view value,
+                          std::string_view shown_as = {});
+
+// Eval's strategy names: a method, optionally followed by suffixes that set
+// one option each, so one run can compare budgets and variants side by side:
+//   <method>[-p<percent>][-<variant>...]
+//   -p<percent>            budget (default: the defaults' budget), e.g. kascade-p5
+//   -mink<keys>            min_k
+//   -refine<c>             Kascade: refined reuse with c x budget candidates (with -reuse)
+//   -all-heads-pooled, -no-remap, -pre-softmax-pooling, -fixed-budget,
+//   -own-tile-in-budget    the Kascade ablations above
+//   -reuse                 Kascade: reuse layers as the profile says
+//   -sparse-prefill        Kascade: sparse prefill too (default: dense prefill)
+//   -prefill-only          Kascade: sparse prefill, dense decode
+// e.g. dense, kascade, kascade-p5, kascade-reuse-sparse-prefill (the paper's
+// method), kascade-reuse-refine3, quest-p20. Throws Error naming the entry
+// and listing the methods and suffixes.
+AttentionOptions parse_attention_spec(std::string_view spec, const AttentionOptions& defaults = {});
+
+// Checks the options against the attention shape (Error naming the option):
+// the one check every front end and both engines run before a sequence.
+void validate_attention(const AttentionOptions& options, const Shape& shape);
+
+// Layer choices published for 32-layer Llama models mapped to n_layers:
+// round(l * n_layers / 32), clamped to the last layer, duplicates dropped.
+std::vector<int> scale_layers(std::span<const int> llama_layers, int n_layers);
+
+}  // namespace kascade

@@ -1,0 +1,84 @@
+#include "kascade/plan.h"
+
+#include <algorithm>
+#include <ranges>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "kascade/budget.h"
+
+namespace kascade {
+namespace {
+
+char action_letter(LayerAction action) {
+  switch (action) {
+    case LayerAction::Dense: return 'd';
+    case LayerAction::DenseAnchor: return 'D';
+    case LayerAction::Anchor: return 'a';
+    case LayerAction::Reuse: return 'r';
+    case LayerAction::RefinedReuse: return 'R';
+  }
+  return '?';
+}
+
+}  // namespace
+
+Plan::Plan(const AttentionOptions& options, const Shape& shape) : options_(options), shape_(shape) {
+  validate_attention(options, shape);
+  key_ = std::string(method_name(options.method));
+  if (!options.kascade()) return;
+
+  const SparsePhases phases = options.sparse_phases;
+  sparse_prefill_ = phases != SparsePhases::DecodeOnly;
+  sparse_decode_ = phases != SparsePhases::PrefillOnly;
+  n_pools_ = options.all_heads_pooled ? 1 : shape.n_kv_heads;
+
+  const KascadeProfile profile = options.profile ? *options.profile : default_profile(shape);
+  validate_profile(profile, shape);
+  const std::vector<int> dense = options.dense_layers.value_or(std::vector<int>{0});
+  const auto contains = [](const std::vector<int>& layers, int layer) {
+    return std::find(layers.begin(), layers.end(), layer) != layers.end();
+  };
+  for (int j = 0, anchor = 0; j < shape.n_layers; ++j) {
+    LayerPlan layer;
+    const bool is_anchor = options.all_anchors || contains(profile.anchors, j);
+    if (is_anchor) anchor = j;
+    layer.anchor = anchor;
+    if (is_anchor)
+      layer.action = contains(dense, j) ? LayerAction::DenseAnchor : LayerAction::Anchor;
+    else if (contains(dense, j))
+      layer.action = LayerAction::Dense;
+    else
+      layer.action = options.refine_factor > 1 ? LayerAction::RefinedReuse : LayerAction::Reuse;
+    for (int h = 0; h < shape.n_kv_heads; ++h)
+      layer.pools.push_back(options.all_heads_pooled           ? 0
+                            : is_anchor || options.no_remap    ? h
+                                                               : profile.head_map[size_t(j)][size_t(h)]);
+    flat_pools_.insert(flat_pools_.end(), layer.pools.begin(), layer.pools.end());
+    sparse_layers_.push_back(std::move(layer));
+  }
+
+  std::string actions;
+  for (const LayerPlan& layer : sparse_layers_) actions += action_letter(layer.action);
+  key_ += fmt::format(" p={} min_k={} tile={} prefill={} decode={} refine={} pooled={} pre={} fixed={} own={} {} "
+                      "anchors {} pools {}",
+                      options.budget_percent, options.min_k, options.tile, sparse_prefill_, sparse_decode_,
+                      options.refine_factor, options.all_heads_pooled, options.pre_softmax_pooling,
+                      options.fixed_budget, options.own_tile_in_budget, actions,
+                      fmt::join(sparse_layers_ | std::views::transform([](const LayerPlan& l) { return l.anchor; }), ","),
+                      fmt::join(flat_pools_, ","));
+}
+
+const LayerPlan& Plan::layer(Phase phase, int layer_index) const {
+  if (layer_index < 0 || layer_index >= shape_.n_layers)
+    fail("plan: layer {} outside [0, {})", layer_index, shape_.n_layers);
+  return sparse(phase) ? sparse_layers_[size_t(layer_index)] : dense_layer_;
+}
+
+int64_t Plan::keys(int64_t n_candidates) const {
+  return budget(n_candidates, options_.budget_percent, options_.min_k);
+}
+
+}  // namespace kascade

@@ -1,0 +1,84 @@
+// Kascade's plan: what each layer does at each phase, built once per
+// sequence from the attention options and the model's shape (KASCADE.md,
+// "Anchor, reuse, dense layers"). The CPU strategy (attention/kascade.cc)
+// and the GPU backend (gpu/backend.cc) both switch on its actions, so the
+// method's decisions (which layers select, which reuse through which head
+// map, which phases are sparse, the budget, the prefill alignment) are made
+// here and only here.
+//
+// A plan of the dense method attends densely everywhere. The comparison
+// strategies (oracle-topk, quest, ...) keep their own rules in
+// attention/baselines.cc; their plan only validates their options.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kascade/options.h"
+#include "kascade/shape.h"
+
+namespace kascade {
+
+enum class Phase { Prefill, Decode };
+
+enum class LayerAction {
+  Dense,         // exact attention over every key; selects nothing
+  DenseAnchor,   // exact attention, and selects the sets later layers reuse (layer 0)
+  Anchor,        // selects its own top budget (per KV head, pooled) and attends it
+  Reuse,         // attends its anchor's sets, KV head h reading anchor pool pools[h]
+  RefinedReuse,  // re-ranks its anchor's candidates with its own queries and attends its top budget
+};
+
+struct LayerPlan {
+  LayerAction action = LayerAction::Dense;
+  int anchor = 0;          // the anchor whose sets it reads (itself on anchors)
+  std::vector<int> pools;  // [kv head]: the anchor pool KV head h reads
+  bool selects() const { return action == LayerAction::DenseAnchor || action == LayerAction::Anchor; }
+};
+
+class Plan {
+ public:
+  // Validates the options against the shape (validate_attention, the
+  // profile against the shape) and throws Error naming what does not fit.
+  Plan(const AttentionOptions& options, const Shape& shape);
+
+  const AttentionOptions& options() const { return options_; }
+  const Shape& shape() const { return shape_; }
+  Method method() const { return options_.method; }
+  int n_layers() const { return shape_.n_layers; }
+
+  // Kascade selects keys in this phase; the other attends densely.
+  bool sparse(Phase phase) const { return phase == Phase::Prefill ? sparse_prefill_ : sparse_decode_; }
+  // The layer's action in a step of this phase (Dense in a phase that is not sparse).
+  const LayerPlan& layer(Phase phase, int layer) const;
+  LayerAction action(Phase phase, int layer_index) const { return layer(phase, layer_index).action; }
+
+  // Selection pools an anchor fills: one per KV head, or one for all (all-heads pooled).
+  int n_pools() const { return n_pools_; }
+  // The keys selected out of n candidates: budget(n) of KASCADE.md.
+  int64_t keys(int64_t n_candidates) const;
+  // Refined reuse: anchors keep this many times their keys as candidates (1: none).
+  int candidate_factor() const { return options_.refine_factor; }
+  // Prefill chunks start on multiples of this (a Kascade tile when prefill is sparse).
+  int64_t prefill_alignment() const { return sparse_prefill_ ? options_.tile : 1; }
+  // Prefill attends densely and leaves no state later steps read.
+  bool dense_prefill() const { return !sparse_prefill_; }
+
+  // pools[h] of every layer of a sparse decode step, [layer][kv head] flat.
+  const std::vector<int>& flat_pools() const { return flat_pools_; }
+  // Names everything the plan decides: sequences with equal keys run the same kernels.
+  const std::string& key() const { return key_; }
+
+ private:
+  AttentionOptions options_;
+  Shape shape_;
+  bool sparse_prefill_ = false, sparse_decode_ = false;
+  int n_pools_ = 1;
+  std::vector<LayerPlan> sparse_layers_;  // the actions of a sparse phase
+  LayerPlan dense_layer_;                 // every layer of a dense phase
+  std::vector<int> flat_pools_;
+  std::string key_;
+};
+
+}  // namespace kascade
