@@ -143,6 +143,51 @@ inline std::vector<double> softmax_row(const Problem& p, int l, int64_t position
   return row;
 }
 
+// The key sketch of KASCADE's cheap scorer (src/attention/key_sketch.h),
+// written from its definition: per block of 64 positions and channel, lo =
+// fp16(min), step = fp16((max - lo) / 15), code = round((k - lo) / step) in
+// [0, 15] over the values the cache stores; the sketched key is lo + code *
+// step. Keys [0, (n - 1) / 64 * 64) of a step that sees n keys are sketched.
+inline double stored_key(const Problem& p, int l, int h, int64_t j, int c) {
+  const float x = p.key(l, h, j)[c];
+  return p.type == KvType::F16 ? double(fp16_to_fp32(fp32_to_fp16(x))) : double(x);
+}
+
+inline double sketched_key(const Problem& p, int l, int h, int64_t j, int c) {
+  const int64_t first = j / 64 * 64;
+  float low = float(stored_key(p, l, h, first, c)), high = low;
+  for (int64_t i = first; i < first + 64; ++i) {
+    low = std::min(low, float(stored_key(p, l, h, i, c)));
+    high = std::max(high, float(stored_key(p, l, h, i, c)));
+  }
+  const float lo = fp16_to_fp32(fp32_to_fp16(low));
+  const float step = fp16_to_fp32(fp32_to_fp16((high - lo) / 15.0f));
+  const float code = step > 0 ? std::clamp(std::nearbyint((float(stored_key(p, l, h, j, c)) - lo) / step), 0.0f, 15.0f)
+                              : 0.0f;
+  return double(lo) + double(code) * double(step);
+}
+
+// A decode query's score of key j: from the sketch below the sketched end
+// (the query sees position + 1 keys), else exact.
+inline double sketched_score(const Problem& p, int l, int64_t position, int head, int64_t j) {
+  if (j >= position / 64 * 64) return score(p, l, position, head, j);
+  const float* q = p.query(l, position, head);
+  double sum = 0;
+  for (int c = 0; c < p.d(); ++c) sum += double(q[c]) * sketched_key(p, l, head / p.shape.group(), j, c);
+  return sum / std::sqrt(double(p.d()));
+}
+
+// Softmax of a decode query's row [0, position] scored as sketched_score.
+inline std::vector<double> sketched_softmax_row(const Problem& p, int l, int64_t position, int head) {
+  std::vector<double> row(size_t(position + 1));
+  for (int64_t j = 0; j <= position; ++j) row[j] = sketched_score(p, l, position, head, j);
+  const double max = *std::max_element(row.begin(), row.end());
+  double sum = 0;
+  for (double& x : row) sum += (x = std::exp(x - max));
+  for (double& x : row) x /= sum;
+  return row;
+}
+
 // Attention restricted to `keys`, softmax renormalised over them.
 inline std::vector<double> attend(const Problem& p, int l, int64_t position, int head,
                                   const std::vector<int32_t>& keys) {
@@ -429,6 +474,7 @@ struct KascadeSettings {
   bool sparse_prefill = true, sparse_decode = true;
   bool all_anchors = false, own_tile_in_budget = false;
   int refine = 1;  // c; refined reuse when > 1
+  bool sketch = false;  // decode anchors (not dense ones) score from the key sketch
 };
 
 // Kascade (KASCADE.md): anchors pool and select, reuse layers read the last
@@ -528,13 +574,16 @@ class KascadeRef : public Reference {
       std::vector<double> pooled(size_t(n), 0.0);
       const int head_begin = k_.all_heads ? 0 : pool * g;
       const int head_end = k_.all_heads ? s.n_heads : head_begin + g;
+      const bool sketched = k_.sketch && step.phase == Phase::Decode && !k_.dense.count(l);
       for (int64_t t = 0; t < unit.length; ++t)
         for (int head = head_begin; head < head_end; ++head) {
           const int64_t position = unit.start + t;
           if (k_.pre_softmax) {
-            for (int64_t j = 0; j < n; ++j) pooled[j] += score(p, l, position, head, j);
+            for (int64_t j = 0; j < n; ++j)
+              pooled[j] += sketched ? sketched_score(p, l, position, head, j) : score(p, l, position, head, j);
           } else {
-            const std::vector<double> row = softmax_row(p, l, position, head);
+            const std::vector<double> row =
+                sketched ? sketched_softmax_row(p, l, position, head) : softmax_row(p, l, position, head);
             for (int64_t j = 0; j < n; ++j) pooled[j] += row[j];
           }
         }

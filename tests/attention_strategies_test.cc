@@ -98,6 +98,7 @@ reference::KascadeSettings settings(const AttentionOptions& o, const KascadeProf
   s.all_anchors = o.all_anchors;
   s.own_tile_in_budget = o.own_tile_in_budget;
   s.refine = o.refine_factor;
+  s.sketch = o.scoring == Scoring::Sketch;
   return s;
 }
 
@@ -136,6 +137,7 @@ TEST(AttentionStrategies, KascadeAblationsMatchReference) {
       {"prefill-only", [](AttentionOptions& o) { o.sparse_phases = SparsePhases::PrefillOnly; }},
       {"all-anchors", [](AttentionOptions& o) { o.all_anchors = true; }},
       {"own-tile-in-budget", [](AttentionOptions& o) { o.own_tile_in_budget = true; }},
+      {"exact-scoring", [](AttentionOptions& o) { o.scoring = Scoring::Exact; }},
       {"the defaults", [](AttentionOptions& o) {
          const AttentionOptions defaults;
          o.sparse_phases = defaults.sparse_phases, o.all_anchors = defaults.all_anchors;

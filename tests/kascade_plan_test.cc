@@ -34,7 +34,7 @@ TEST(KascadePlan, AnchorsReuseAndHeadMaps) {
   const int anchor_of[] = {0, 0, 0, 3, 3, 3};
   for (const Phase phase : {Phase::Prefill, Phase::Decode})
     for (int j = 0; j < 6; ++j) {
-      const LayerPlan& layer = plan.layer(phase, j);
+      const LayerPlan& layer = plan.layer(phase, j, 1 << 20);
       EXPECT_EQ(layer.anchor, anchor_of[j]) << j;
       const LayerAction expected = j == 0 ? LayerAction::DenseAnchor : j == 3 ? LayerAction::Anchor : LayerAction::Reuse;
       EXPECT_EQ(layer.action, expected) << j;
@@ -63,11 +63,13 @@ TEST(KascadePlan, Ablations) {
   options.refine_factor = 3;
   const Plan refined(options, kShape);
   for (int j = 0; j < 6; ++j) {
-    EXPECT_EQ(no_remap.layer(Phase::Decode, j).pools, (std::vector<int>{0, 1}));
-    EXPECT_EQ(pooled.layer(Phase::Decode, j).pools, (std::vector<int>{0, 0}));
-    EXPECT_EQ(every.action(Phase::Decode, j), LayerAction::Anchor);
+    EXPECT_EQ(no_remap.layer(Phase::Decode, j, 1 << 20).pools, (std::vector<int>{0, 1}));
+    EXPECT_EQ(pooled.layer(Phase::Decode, j, 1 << 20).pools, (std::vector<int>{0, 0}));
+    EXPECT_EQ(every.action(Phase::Decode, j, 1 << 20), LayerAction::Anchor);
     const bool reuse = j != 0 && j != 3;
-    if (reuse) EXPECT_EQ(refined.action(Phase::Decode, j), LayerAction::RefinedReuse);
+    if (reuse) {
+      EXPECT_EQ(refined.action(Phase::Decode, j, 1 << 20), LayerAction::RefinedReuse);
+    }
   }
   EXPECT_EQ(pooled.n_pools(), 1);
   EXPECT_EQ(refined.candidate_factor(), 3);
@@ -83,8 +85,8 @@ TEST(KascadePlan, SparsePhases) {
   EXPECT_TRUE(decode_only.sparse(Phase::Decode));
   EXPECT_TRUE(decode_only.dense_prefill());
   EXPECT_EQ(decode_only.prefill_alignment(), 1);
-  for (int j = 0; j < 6; ++j) EXPECT_EQ(decode_only.action(Phase::Prefill, j), LayerAction::Dense);
-  EXPECT_EQ(decode_only.action(Phase::Decode, 3), LayerAction::Anchor);
+  for (int j = 0; j < 6; ++j) EXPECT_EQ(decode_only.action(Phase::Prefill, j, 1 << 20), LayerAction::Dense);
+  EXPECT_EQ(decode_only.action(Phase::Decode, 3, 1 << 20), LayerAction::Anchor);
   options.sparse_phases = SparsePhases::PrefillOnly;
   const Plan prefill_only(options, kShape);
   EXPECT_TRUE(prefill_only.sparse(Phase::Prefill));

@@ -37,16 +37,24 @@ void set_with_own_tile(std::span<const int32_t> set, const Unit& unit, int64_t p
 class KascadeStrategy final : public Strategy {
  public:
   KascadeStrategy(const AttentionOptions& options, const Shape& shape)
-      : shape_(shape), plan_(options, shape), exact_(shape), selector_(shape), refiner_(shape) {}
+      : shape_(shape),
+        plan_(options, shape),
+        exact_(shape),
+        selector_(shape),
+        refiner_(shape),
+        sketches_(size_t(shape.n_layers), KeySketch(shape.n_kv_heads, shape.head_dim)) {}
 
   std::string_view name() const override { return method_name(Method::Kascade); }
   int64_t prefill_alignment() const override { return plan_.prefill_alignment(); }
   bool dense_prefill() const override { return plan_.dense_prefill(); }
-  void reset() override { selected_ = {}; }
+  void reset() override {
+    selected_ = {};
+    for (KeySketch& sketch : sketches_) sketch.clear();
+  }
 
   void forward(const Step& step) override {
     check_step(shape_, step);
-    const LayerPlan& layer = plan_.layer(step.phase, step.layer);
+    const LayerPlan& layer = plan_.layer(step.phase, step.layer, step.first_position + step.n_queries);
     last_layer_ = &layer;
     last_sets_ = Sets::None;
     if (layer.action == LayerAction::Dense) {
@@ -56,10 +64,10 @@ class KascadeStrategy final : public Strategy {
     units_ = make_units(step, plan_.options().tile);
     switch (layer.action) {
       case LayerAction::DenseAnchor:
-        select(step, true);  // its dense output comes with the selection
+        select(step, true, nullptr);  // its dense output comes with the selection
         return;
       case LayerAction::Anchor:
-        select(step, false);
+        select(step, false, layer.sketch ? &sketches_[size_t(step.layer)] : nullptr);
         last_sets_ = refining() ? Sets::AnchorInner : Sets::Anchor;
         break;
       case LayerAction::Reuse:
@@ -116,7 +124,7 @@ class KascadeStrategy final : public Strategy {
     return k;
   }
 
-  void select(const Step& step, bool dense_output) {
+  void select(const Step& step, bool dense_output, KeySketch* sketch) {
     const AttentionOptions& o = plan_.options();
     const Selector::Count kept = [&](const Unit& unit) { return keys_kept(unit, step); };
     const PoolMode mode = o.all_heads_pooled ? PoolMode::AllHeadsSum : PoolMode::PerKvHead;
@@ -125,9 +133,10 @@ class KascadeStrategy final : public Strategy {
       // Candidates for the reuse layers; the anchor itself attends its top budget.
       selector_.select(
           step, units_, mode, pooling,
-          [&](const Unit& unit) { return plan_.candidate_factor() * keys_kept(unit, step); }, dense_output, kept);
+          [&](const Unit& unit) { return plan_.candidate_factor() * keys_kept(unit, step); }, dense_output, kept,
+          sketch);
     } else {
-      selector_.select(step, units_, mode, pooling, kept, dense_output);
+      selector_.select(step, units_, mode, pooling, kept, dense_output, {}, sketch);
     }
     selected_ = {step.first_position, step.n_queries, step.phase, step.layer, true};
   }
@@ -157,6 +166,7 @@ class KascadeStrategy final : public Strategy {
   Refiner refiner_;
   std::vector<Unit> units_;
   Selected selected_;
+  std::vector<KeySketch> sketches_;  // [layer]: what sketch-scoring anchors rank keys from
   const LayerPlan* last_layer_ = nullptr;
   Sets last_sets_ = Sets::None;
 };

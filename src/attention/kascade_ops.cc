@@ -112,8 +112,10 @@ int64_t anchor_decode(const GroupQueries& queries, const float* keys, int64_t ke
   if (k < n) {
     DecodeScorer scorer;
     const Rows<float> key_rows{keys, key_stride};
-    scorer.score<float>({&queries, 1}, {&key_rows, 1}, n, head_dim, PoolMode::PerKvHead,
-                        rule.pooling, pooled.data(), n, nullptr);
+    KeySketch sketch(1, head_dim);
+    if (rule.sketch) sketch.extend<float>({&key_rows, 1}, n);
+    scorer.score<float>({&queries, 1}, {&key_rows, 1}, n, head_dim, PoolMode::PerKvHead, rule.pooling, pooled.data(),
+                        n, nullptr, {}, {}, rule.sketch ? &sketch : nullptr);
   }
   select_top_k(pooled.data(), n, k, indices);
   return k;

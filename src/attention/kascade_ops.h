@@ -42,6 +42,9 @@ struct SelectionRule {
   // Fixed-budget ablation: when >= 0, every prefill tile selects
   // min(fixed_count, s) keys instead of the rolling budget(s).
   int64_t fixed_count = -1;
+  // Decode: keys below sketched_end(N) are scored from their 4-bit sketch
+  // (key_sketch.h), the rest exactly.
+  bool sketch = false;
   // Keys one selection keeps out of n_candidates.
   int64_t count(int64_t n_candidates) const;
 };

@@ -79,7 +79,7 @@ void DecodeScorer::score(std::span<const GroupQueries> groups,
                          std::span<const kernels::Rows<T>> keys, int64_t n_keys, int d,
                          PoolMode mode, Pooling pooling, float* pooled, int64_t ld, float* lse,
                          std::span<const kernels::Rows<T>> values,
-                         std::span<const GroupOutput> outputs) {
+                         std::span<const GroupOutput> outputs, const KeySketch* sketch) {
   const int n_groups = int(groups.size());
   const int g = groups[0].group;
   const int64_t split_keys = kernels::decode_chunk_keys(n_keys);
@@ -123,7 +123,12 @@ void DecodeScorer::score(std::span<const GroupQueries> groups,
                                    block_scores, &kept);
         continue;
       }
-      kernels::dot_rows(q + int64_t(h) * g * d, g, d, keys[h], list, rows, lds);
+      const int64_t from_sketch = sketch ? std::clamp<int64_t>(sketch->sketched() - begin, 0, list.count) : 0;
+      if (from_sketch > 0) sketch->dot_rows(q + int64_t(h) * g * d, g, h, begin, from_sketch, rows, lds);
+      if (from_sketch < list.count)
+        kernels::dot_rows(q + int64_t(h) * g * d, g, d, keys[h],
+                          kernels::KeyList{nullptr, begin + from_sketch, list.count - from_sketch}, rows + from_sketch,
+                          lds);
       if (!post) continue;
       for (int r = 0; r < g; ++r) {
         const float* row = rows + r * lds;
@@ -181,11 +186,11 @@ template void DecodeScorer::score<float>(std::span<const GroupQueries>,
                                          std::span<const kernels::Rows<float>>, int64_t, int,
                                          PoolMode, Pooling, float*, int64_t, float*,
                                          std::span<const kernels::Rows<float>>,
-                                         std::span<const GroupOutput>);
+                                         std::span<const GroupOutput>, const KeySketch*);
 template void DecodeScorer::score<uint16_t>(std::span<const GroupQueries>,
                                             std::span<const kernels::Rows<uint16_t>>, int64_t,
                                             int, PoolMode, Pooling, float*, int64_t, float*,
                                             std::span<const kernels::Rows<uint16_t>>,
-                                            std::span<const GroupOutput>);
+                                            std::span<const GroupOutput>, const KeySketch*);
 
 }  // namespace kascade::attention

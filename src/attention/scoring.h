@@ -12,6 +12,7 @@
 
 #include "attention/exact.h"
 #include "attention/kernels.h"
+#include "attention/key_sketch.h"
 #include "attention/rows.h"
 
 namespace kascade::attention {
@@ -52,14 +53,15 @@ void pool_kept_scores(const float* kept, int64_t ldk, int64_t n_rows, int group,
 // PerQueryHead: pool h * g + r, AllHeads*: pool 0). lse (natural, h * g + r)
 // unless null. With `values` and `outputs` (one per group) it also writes the
 // dense attention output: a selection fused with a dense layer, reading each
-// key once.
+// key once. With a `sketch` (no dense output), keys below sketch->sketched()
+// are scored from it and the rest exactly.
 class DecodeScorer {
  public:
   template <typename T>
   void score(std::span<const GroupQueries> groups, std::span<const kernels::Rows<T>> keys,
              int64_t n_keys, int d, PoolMode mode, Pooling pooling, float* pooled, int64_t ld,
              float* lse, std::span<const kernels::Rows<T>> values = {},
-             std::span<const GroupOutput> outputs = {});
+             std::span<const GroupOutput> outputs = {}, const KeySketch* sketch = nullptr);
 
  private:
   kernels::Scratch queries_, scores_, split_acc_;

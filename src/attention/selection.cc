@@ -22,7 +22,8 @@ int pool_count(PoolMode mode, const Shape& shape) {
 }
 
 void Selector::select(const Step& step, std::span<const Unit> units, PoolMode mode,
-                      Pooling pooling, const Count& count, bool dense_output, const Count& inner) {
+                      Pooling pooling, const Count& count, bool dense_output, const Count& inner,
+                      KeySketch* sketch) {
   n_pools_ = pool_count(mode, shape_);
   inner_ = inner;
   sets_.assign(units.size() * size_t(n_pools_), {});
@@ -30,7 +31,7 @@ void Selector::select(const Step& step, std::span<const Unit> units, PoolMode mo
   with_element_type(step.cache.type, [&]<typename T>(T) {
     if (step.phase == Phase::Decode) {
       for (size_t u = 0; u < units.size(); ++u)
-        select_decode<T>(step, units[u], int64_t(u), mode, pooling, count, dense_output);
+        select_decode<T>(step, units[u], int64_t(u), mode, pooling, count, dense_output, sketch);
     } else {
       select_prefill<T>(step, units, mode, pooling, count, dense_output);
     }
@@ -131,7 +132,7 @@ void Selector::select_prefill(const Step& step, std::span<const Unit> units, Poo
 template <typename T>
 void Selector::select_decode(const Step& step, const Unit& unit, int64_t unit_index,
                              PoolMode mode, Pooling pooling, const Count& count,
-                             bool dense_output) {
+                             bool dense_output, KeySketch* sketch) {
   const int d = shape_.head_dim, g = shape_.group(), n_kv = shape_.n_kv_heads;
   const int64_t n = unit.n_candidates;
   const int64_t k = std::min(count(unit), n);
@@ -150,8 +151,9 @@ void Selector::select_decode(const Step& step, const Unit& unit, int64_t unit_in
       outputs.push_back(unit_output(shape_, step, unit, h * g));
     }
     pooled = pooled_.get(n_pools_ * n);
-    decode_scorer_.score<T>(groups, keys, n, d, mode, pooling, pooled, n, nullptr, values,
-                            outputs);
+    if (sketch && !dense_output) sketch->extend<T>(keys, n);
+    decode_scorer_.score<T>(groups, keys, n, d, mode, pooling, pooled, n, nullptr, values, outputs,
+                            dense_output ? nullptr : sketch);
   }
   // Without scores every set is all n candidates; keep_top reads no score then.
 #pragma omp parallel for schedule(dynamic, 1) if (scored)

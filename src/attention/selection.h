@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attention/exact.h"
+#include "attention/key_sketch.h"
 #include "attention/scoring.h"
 
 namespace kascade::attention {
@@ -28,9 +29,12 @@ class Selector {
   // modes. With dense_output it also writes the step's dense attention output,
   // computed in the same pass over the keys (a dense layer that selects).
   // With `inner` (at most `count` for every unit) it also keeps the top
-  // inner(unit) of the same pooled scores as a second, nested set.
+  // inner(unit) of the same pooled scores as a second, nested set. With a
+  // `sketch` (decode, no dense output) keys are scored from the layer's key
+  // sketch (key_sketch.h), which is first extended to the step's keys.
   void select(const Step& step, std::span<const Unit> units, PoolMode mode, Pooling pooling,
-              const Count& count, bool dense_output = false, const Count& inner = {});
+              const Count& count, bool dense_output = false, const Count& inner = {},
+              KeySketch* sketch = nullptr);
 
   int n_pools() const { return n_pools_; }
   // The ascending index set of (unit, pool) from the last select().
@@ -48,7 +52,7 @@ class Selector {
                       Pooling pooling, const Count& count, bool dense_output);
   template <typename T>
   void select_decode(const Step& step, const Unit& unit, int64_t unit_index, PoolMode mode,
-                     Pooling pooling, const Count& count, bool dense_output);
+                     Pooling pooling, const Count& count, bool dense_output, KeySketch* sketch);
   // Writes the top k of pooled[0, n) (all n when k >= n) into set(unit, pool),
   // and the top inner_k into inner_set(unit, pool) when inner sets are kept.
   void keep_top(int64_t unit, int pool, const float* pooled, int64_t n, int64_t k,

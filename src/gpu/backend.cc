@@ -153,7 +153,9 @@ class CudaBackend final : public engine::Backend {
   void check_supported(const Plan& plan) const;
   // Layer l's attention for the step, as the sequence's plan says: queries
   // and output fp16 [n][H][d].
-  void attend(StepBuffers& b, int layer, const CudaSequence& seq, Phase phase, const kc::AttentionArgs& args);
+  // n_keys: what the step's sparse-or-dense decision reads (plan.sparse).
+  void attend(StepBuffers& b, int layer, const CudaSequence& seq, Phase phase, int64_t n_keys,
+              const kc::AttentionArgs& args);
   // The geometry of an attention call over `batch` sequences; a step sets its tensors.
   kc::AttentionArgs attention_args(int batch) const;
   // The products and elementwise steps around attention for rows [0, n).
@@ -166,7 +168,7 @@ class CudaBackend final : public engine::Backend {
   void norm_then_matmul(StepBuffers& b, const float* x, const DeviceMemory& norm, const Matrix& m, int64_t n,
                         float* out);
   // Every kernel of a decode step whose metadata is on the device.
-  void decode_kernels(const CudaSequence& seq, int64_t batch, int64_t stride, int bucket);
+  void decode_kernels(const CudaSequence& seq, int64_t batch, int64_t stride, int bucket, int64_t max_len);
   // The fields of a QkvStep fixed by the model and the page size; a step sets the rest.
   QkvStep model_qkv_step() const;
   void sync(const char* what) { check(cudaStreamSynchronize(stream_), what); }
@@ -405,10 +407,10 @@ float* CudaBackend::logits_of_last(StepBuffers& b, const float* x_rows, int64_t 
   return logits;
 }
 
-void CudaBackend::attend(StepBuffers& b, int layer, const CudaSequence& seq, Phase phase,
+void CudaBackend::attend(StepBuffers& b, int layer, const CudaSequence& seq, Phase phase, int64_t n_keys,
                          const kc::AttentionArgs& args) {
   const Plan& plan = seq.plan_;
-  const LayerPlan& step = plan.layer(phase, layer);
+  const LayerPlan& step = plan.layer(phase, layer, n_keys);
   const bool prefill = phase == Phase::Prefill;
   const kc::Budget budget{plan.options().budget_percent, plan.options().min_k};
   const int* head_map = seq.head_maps_ + int64_t(layer) * config_.n_kv_heads;
@@ -546,7 +548,7 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
       qkv.queries = queries + c0 * q_dim;
       project_qkv(prefill_, w, l, x + c0 * c.d_model, rows, qkv);
     }
-    attend(prefill_, l, seq, Phase::Prefill, args);
+    attend(prefill_, l, seq, Phase::Prefill, end, args);
     for (int64_t c0 = 0; c0 < n; c0 += chunk)
       feed_forward(prefill_, w, attended + c0 * q_dim, x + c0 * c.d_model, std::min(chunk, n - c0));
     if (progress) {
@@ -581,7 +583,7 @@ QkvStep CudaBackend::model_qkv_step() const {
 
 // Reads the metadata decode() uploaded to decode_.meta: tokens [B], positions
 // [B], lengths [B], the sequence of each row [B], the page table [B][stride].
-void CudaBackend::decode_kernels(const CudaSequence& seq, int64_t B, int64_t stride, int bucket) {
+void CudaBackend::decode_kernels(const CudaSequence& seq, int64_t B, int64_t stride, int bucket, int64_t max_len) {
   const model::Config& c = config_;
   const int* meta = decode_.meta.memory.as<int>();
   float* x = decode_.x.memory.as<float>();
@@ -611,7 +613,7 @@ void CudaBackend::decode_kernels(const CudaSequence& seq, int64_t B, int64_t str
     project_qkv(decode_, w, l, x, B, qkv_template);
     args.keys = pool_->keys(l);
     args.values = pool_->values(l);
-    attend(decode_, l, seq, Phase::Decode, args);
+    attend(decode_, l, seq, Phase::Decode, max_len, args);
     feed_forward(decode_, w, decode_.attended.memory.as<uint16_t>(), x, B);
   }
   logits_of_last(decode_, x, B);
@@ -655,9 +657,12 @@ void CudaBackend::decode(std::span<BackendSequence* const> sequences, std::span<
 
   constexpr int64_t kBucket = 2048;
   const int bucket = int(std::min(stride * options_.page_size, (max_len + kBucket - 1) / kBucket * kBucket));
+  // A step's layers are sparse or dense by its longest sequence (plan.sparse),
+  // which the key therefore names.
   graphs_.run(
-      fmt::format("{} {} {} {}", B, stride, bucket, first.plan_.key()), stream_,
-      [&] { decode_kernels(first, B, stride, bucket); }, [&] { return decode_.attention.high_water(); });
+      fmt::format("{} {} {} {} {}", B, stride, bucket, first.plan_.sparse(Phase::Decode, max_len), first.plan_.key()),
+      stream_, [&] { decode_kernels(first, B, stride, bucket, max_len); },
+      [&] { return decode_.attention.high_water(); });
   check(cudaMemcpyAsync(logits, decode_.logits.memory.data(), size_t(B) * c.vocab_size * sizeof(float),
                         cudaMemcpyDeviceToHost, stream_),
         "logits download");

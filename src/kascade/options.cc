@@ -18,6 +18,7 @@ constexpr std::string_view kMethodNames[] = {"dense",  "kascade", "oracle-topk",
                                              "quest", "omnikv",  "lessismore"};
 constexpr std::string_view kSparsePhasesNames[] = {"both", "decode", "prefill"};
 constexpr std::string_view kSwitchValues[] = {"true", "false"};
+constexpr std::string_view kScoringNames[] = {"sketch", "exact"};
 
 template <typename Number>
 std::optional<Number> parse_number(std::string_view text) {
@@ -93,6 +94,22 @@ const AttentionSetting kSettings[] = {
      [](AttentionOptions& o, std::string_view name, std::string_view v) {
        o.refine_factor = number_in<int>(name, v, 1, 64, "[1, 64]");
      }},
+    {"scoring", SettingKind::Choice,
+     "Kascade: what a selecting layer ranks keys from at decode: sketch (4-bit keys, a seventh of the bytes) or "
+     "exact (fp16 keys)",
+     true, kScoringNames, [](const AttentionOptions& o) { return std::string(kScoringNames[int(o.scoring)]); },
+     [](AttentionOptions& o, std::string_view name, std::string_view v) {
+       const auto* found = std::find(std::begin(kScoringNames), std::end(kScoringNames), v);
+       if (found == std::end(kScoringNames)) fail("{} must be sketch or exact, not '{}'", name, v);
+       o.scoring = Scoring(found - std::begin(kScoringNames));
+     }},
+    {"sparse-from", SettingKind::Integer,
+     "Kascade: decode steps with fewer keys attend densely (default: the engine's measured break-even)", true, {},
+     [](const AttentionOptions& o) { return o.sparse_from ? text_of(*o.sparse_from) : std::string("engine"); },
+     [](AttentionOptions& o, std::string_view name, std::string_view v) {
+       if (v == "engine") return o.sparse_from.reset();
+       o.sparse_from = number_in<int64_t>(name, v, 0, int64_t(1) << 31, "[0, 2^31]");
+     }},
     {"all-heads-pooled", SettingKind::Switch, "Kascade ablation: one index set for all KV heads", true, kSwitchValues,
       [](const AttentionOptions& o) { return text_of(o.all_heads_pooled); },
      [](AttentionOptions& o, std::string_view name, std::string_view v) { o.all_heads_pooled = switch_value(name, v); }},
@@ -144,7 +161,9 @@ constexpr Suffix kSuffixes[] = {
     {"prefill-only", "sparse-phases", "prefill", true},
     {"reuse", "reuse", "true", true},
     {"own-tile-in-budget", "own-tile-in-budget", "true", true},
+    {"exact-scoring", "scoring", "exact", true},
     {"refine", "refine", "", true, 2},
+    {"from", "sparse-from", "", true},
     {"mink", "min-k", "", false},
     {"p", "budget", "", false},
 };

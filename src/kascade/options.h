@@ -47,6 +47,11 @@
 //                        budget without reuse; false reuses as the profile says.
 //   own_tile_in_budget   a prefill tile's k counts its own tile (the reference
 //                        code's k -= T) instead of adding it on top.
+// Kascade's cheap selection (ours):
+//   scoring              sketch: a selecting layer ranks keys at decode from
+//                        a 4-bit per-channel copy of the keys and attends its
+//                        top budget exactly; exact: from the fp16 keys.
+//   sparse_from          decode steps with fewer keys attend densely.
 // The defaults, decode-only with every layer an anchor, are what kept dense
 // accuracy on real models at p = 10 (docs/accuracy.md): cross-layer reuse
 // (all_anchors = false) and sparse prefill lost needles on them.
@@ -80,6 +85,10 @@ std::string_view method_name(Method method);
 // Which phases Kascade makes sparse; the other attends densely.
 enum class SparsePhases { Both, DecodeOnly, PrefillOnly };
 
+// What a selecting layer ranks keys from at decode: the 4-bit key sketch
+// (attention/key_sketch.h: a seventh of the key bytes), or the fp16 keys.
+enum class Scoring { Sketch, Exact };
+
 struct AttentionOptions {
   Method method = Method::Dense;
   double budget_percent = 10;  // p, in (0, 100]
@@ -94,6 +103,10 @@ struct AttentionOptions {
   bool all_anchors = true;
   bool own_tile_in_budget = false;
   int refine_factor = 1;  // c; 1 = plain reuse; > 1 needs reuse (all_anchors false)
+  Scoring scoring = Scoring::Sketch;
+  // Decode steps that see fewer keys attend densely (below it the sparse
+  // path costs more than it saves); unset: the engine's measured break-even.
+  std::optional<int64_t> sparse_from;
 
   // Layers attended densely; unset: kascade/oracle-topk {0}, quest {0, 1}.
   std::optional<std::vector<int>> dense_layers;
@@ -146,6 +159,8 @@ void set_attention_option(AttentionOptions& options, std::string_view name, std:
 //   -all-heads-pooled, -no-remap, -pre-softmax-pooling, -fixed-budget,
 //   -own-tile-in-budget    the Kascade ablations above
 //   -reuse                 Kascade: reuse layers as the profile says
+//   -exact-scoring         Kascade: selecting layers score the fp16 keys, not the sketch
+//   -from<keys>            Kascade: sparse decode from this many keys on
 //   -sparse-prefill        Kascade: sparse prefill too (default: dense prefill)
 //   -prefill-only          Kascade: sparse prefill, dense decode
 // e.g. dense, kascade, kascade-p5, kascade-reuse-sparse-prefill (the paper's

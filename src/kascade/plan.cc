@@ -33,6 +33,7 @@ Plan::Plan(const AttentionOptions& options, const Shape& shape) : options_(optio
   const SparsePhases phases = options.sparse_phases;
   sparse_prefill_ = phases != SparsePhases::DecodeOnly;
   sparse_decode_ = phases != SparsePhases::PrefillOnly;
+  sparse_from_ = options.sparse_from.value_or(0);
   n_pools_ = options.all_heads_pooled ? 1 : shape.n_kv_heads;
 
   const KascadeProfile profile = options.profile ? *options.profile : default_profile(shape);
@@ -46,8 +47,13 @@ Plan::Plan(const AttentionOptions& options, const Shape& shape) : options_(optio
     const bool is_anchor = options.all_anchors || contains(profile.anchors, j);
     if (is_anchor) anchor = j;
     layer.anchor = anchor;
-    if (is_anchor)
-      layer.action = contains(dense, j) ? LayerAction::DenseAnchor : LayerAction::Anchor;
+    // A dense anchor whose sets no layer reads (every layer selecting its
+    // own) is plain dense: its selection would be wasted work.
+    const bool read_later = !options.all_anchors && j + 1 < shape.n_layers && !contains(profile.anchors, j + 1);
+    if (is_anchor && contains(dense, j))
+      layer.action = read_later ? LayerAction::DenseAnchor : LayerAction::Dense;
+    else if (is_anchor)
+      layer.action = LayerAction::Anchor;
     else if (contains(dense, j))
       layer.action = LayerAction::Dense;
     else
@@ -57,24 +63,29 @@ Plan::Plan(const AttentionOptions& options, const Shape& shape) : options_(optio
                             : is_anchor || options.no_remap    ? h
                                                                : profile.head_map[size_t(j)][size_t(h)]);
     flat_pools_.insert(flat_pools_.end(), layer.pools.begin(), layer.pools.end());
-    sparse_layers_.push_back(std::move(layer));
+    prefill_layers_.push_back(layer);
+    layer.sketch = layer.action == LayerAction::Anchor && options.scoring == Scoring::Sketch;
+    uses_sketch_ = uses_sketch_ || (sparse_decode_ && layer.sketch);
+    decode_layers_.push_back(std::move(layer));
   }
 
   std::string actions;
-  for (const LayerPlan& layer : sparse_layers_) actions += action_letter(layer.action);
-  key_ += fmt::format(" p={} min_k={} tile={} prefill={} decode={} refine={} pooled={} pre={} fixed={} own={} {} "
-                      "anchors {} pools {}",
+  for (const LayerPlan& layer : decode_layers_) actions += action_letter(layer.action);
+  key_ += fmt::format(" p={} min_k={} tile={} prefill={} decode={} from={} sketch={} refine={} pooled={} pre={} "
+                      "fixed={} own={} {} anchors {} pools {}",
                       options.budget_percent, options.min_k, options.tile, sparse_prefill_, sparse_decode_,
+                      sparse_from_, options.scoring == Scoring::Sketch,
                       options.refine_factor, options.all_heads_pooled, options.pre_softmax_pooling,
                       options.fixed_budget, options.own_tile_in_budget, actions,
-                      fmt::join(sparse_layers_ | std::views::transform([](const LayerPlan& l) { return l.anchor; }), ","),
+                      fmt::join(decode_layers_ | std::views::transform([](const LayerPlan& l) { return l.anchor; }), ","),
                       fmt::join(flat_pools_, ","));
 }
 
-const LayerPlan& Plan::layer(Phase phase, int layer_index) const {
+const LayerPlan& Plan::layer(Phase phase, int layer_index, int64_t n_keys) const {
   if (layer_index < 0 || layer_index >= shape_.n_layers)
     fail("plan: layer {} outside [0, {})", layer_index, shape_.n_layers);
-  return sparse(phase) ? sparse_layers_[size_t(layer_index)] : dense_layer_;
+  if (!sparse(phase, n_keys)) return dense_layer_;
+  return (phase == Phase::Prefill ? prefill_layers_ : decode_layers_)[size_t(layer_index)];
 }
 
 int64_t Plan::keys(int64_t n_candidates) const {

@@ -34,6 +34,7 @@ struct LayerPlan {
   LayerAction action = LayerAction::Dense;
   int anchor = 0;          // the anchor whose sets it reads (itself on anchors)
   std::vector<int> pools;  // [kv head]: the anchor pool KV head h reads
+  bool sketch = false;     // an Anchor ranks keys from the key sketch (decode only)
   bool selects() const { return action == LayerAction::DenseAnchor || action == LayerAction::Anchor; }
 };
 
@@ -50,9 +51,18 @@ class Plan {
 
   // Kascade selects keys in this phase; the other attends densely.
   bool sparse(Phase phase) const { return phase == Phase::Prefill ? sparse_prefill_ : sparse_decode_; }
-  // The layer's action in a step of this phase (Dense in a phase that is not sparse).
-  const LayerPlan& layer(Phase phase, int layer) const;
-  LayerAction action(Phase phase, int layer_index) const { return layer(phase, layer_index).action; }
+  // ... in a step that sees n_keys keys: decode steps below sparse_from()
+  // attend densely.
+  bool sparse(Phase phase, int64_t n_keys) const {
+    return sparse(phase) && (phase == Phase::Prefill || n_keys >= sparse_from_);
+  }
+  int64_t sparse_from() const { return sparse_from_; }
+  // The layer's action in a step of this phase that sees n_keys keys (Dense
+  // where the step is not sparse).
+  const LayerPlan& layer(Phase phase, int layer, int64_t n_keys) const;
+  LayerAction action(Phase phase, int layer_index, int64_t n_keys) const {
+    return layer(phase, layer_index, n_keys).action;
+  }
 
   // Selection pools an anchor fills: one per KV head, or one for all (all-heads pooled).
   int n_pools() const { return n_pools_; }
@@ -65,6 +75,8 @@ class Plan {
   // Prefill attends densely and leaves no state later steps read.
   bool dense_prefill() const { return !sparse_prefill_; }
 
+  // Any decode layer ranks keys from the key sketch.
+  bool uses_sketch() const { return uses_sketch_; }
   // pools[h] of every layer of a sparse decode step, [layer][kv head] flat.
   const std::vector<int>& flat_pools() const { return flat_pools_; }
   // Names everything the plan decides: sequences with equal keys run the same kernels.
@@ -73,9 +85,10 @@ class Plan {
  private:
   AttentionOptions options_;
   Shape shape_;
-  bool sparse_prefill_ = false, sparse_decode_ = false;
+  bool sparse_prefill_ = false, sparse_decode_ = false, uses_sketch_ = false;
+  int64_t sparse_from_ = 0;
   int n_pools_ = 1;
-  std::vector<LayerPlan> sparse_layers_;  // the actions of a sparse phase
+  std::vector<LayerPlan> prefill_layers_, decode_layers_;  // the actions of a sparse phase
   LayerPlan dense_layer_;                 // every layer of a dense phase
   std::vector<int> flat_pools_;
   std::string key_;
