@@ -1,7 +1,6 @@
 #include "kascade/plan.h"
 
 #include <algorithm>
-#include <ranges>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -70,14 +69,18 @@ Plan::Plan(const AttentionOptions& options, const Shape& shape) : options_(optio
   }
 
   std::string actions;
-  for (const LayerPlan& layer : decode_layers_) actions += action_letter(layer.action);
+  std::vector<int> anchors;
+  for (const LayerPlan& layer : decode_layers_) {
+    actions += action_letter(layer.action);
+    anchors.push_back(layer.anchor);
+  }
   key_ += fmt::format(" p={} min_k={} tile={} prefill={} decode={} from={} sketch={} refine={} pooled={} pre={} "
                       "fixed={} own={} {} anchors {} pools {}",
                       options.budget_percent, options.min_k, options.tile, sparse_prefill_, sparse_decode_,
                       sparse_from_, options.scoring == Scoring::Sketch,
                       options.refine_factor, options.all_heads_pooled, options.pre_softmax_pooling,
                       options.fixed_budget, options.own_tile_in_budget, actions,
-                      fmt::join(decode_layers_ | std::views::transform([](const LayerPlan& l) { return l.anchor; }), ","),
+                      fmt::join(anchors, ","),
                       fmt::join(flat_pools_, ","));
 }
 
