@@ -100,6 +100,7 @@ TEST(KascadeRealData, MatchesTheReferenceOnANeedlePrompt) {
   settings.tile = options.tile;
   settings.anchors = options.profile->anchors;
   settings.head_map = options.profile->head_map;
+  settings.sketch = options.scoring == Scoring::Sketch;
   for (const bool refined : {false, true}) {
     options.refine_factor = settings.refine = refined ? 3 : 1;
     auto fast = attention::make_strategy(options, shape);
