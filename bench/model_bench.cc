@@ -18,6 +18,7 @@
 #include "core/memory.h"
 #include "core/model_cache.h"
 #include "core/timer.h"
+#include "engine/backend.h"
 #include "eval/strategy_spec.h"
 #include "model/fingerprint.h"
 #include "model/model.h"
@@ -49,7 +50,8 @@ Measurement run_once(const model::Model& model, const AttentionOptions& options,
   for (int32_t& token : prompt) token = int32_t(rng() % uint64_t(config.vocab_size));
   reset_peak_memory();
   model::Sequence seq = model.new_sequence(length + decode_tokens, attention::KvType::F16,
-                                           attention::make_strategy(options, config.attention_shape()));
+                                           attention::make_strategy(engine::with_sparse_from(options, engine::kCpuSparseFrom),
+                                                                    config.attention_shape()));
   std::vector<float> logits = model.prefill(seq, prompt, {}, chunk);
   const model::TimeSplit prefill = seq.time;
   Measurement m;

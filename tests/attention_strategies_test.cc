@@ -137,7 +137,7 @@ TEST(AttentionStrategies, KascadeAblationsMatchReference) {
       {"prefill-only", [](AttentionOptions& o) { o.sparse_phases = SparsePhases::PrefillOnly; }},
       {"all-anchors", [](AttentionOptions& o) { o.all_anchors = true; }},
       {"own-tile-in-budget", [](AttentionOptions& o) { o.own_tile_in_budget = true; }},
-      {"exact-scoring", [](AttentionOptions& o) { o.scoring = Scoring::Exact; }},
+      {"sketch-scoring", [](AttentionOptions& o) { o.scoring = Scoring::Sketch; }},
       {"the defaults", [](AttentionOptions& o) {
          const AttentionOptions defaults;
          o.sparse_phases = defaults.sparse_phases, o.all_anchors = defaults.all_anchors;

@@ -112,7 +112,8 @@ void register_eval(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--strategies", args->strategies,
                   "Comma-separated strategies: NAME[-p<percent>][-mink<keys>][-reuse][-sparse-prefill|-prefill-only]"
-                  "[-refine<c>][-all-heads-pooled|-no-remap|-pre-softmax-pooling|-fixed-budget|-own-tile-in-budget], "
+                  "[-refine<c>][-sketch-scoring][-from<keys>]"
+                  "[-all-heads-pooled|-no-remap|-pre-softmax-pooling|-fixed-budget|-own-tile-in-budget], "
                   "e.g. dense,kascade,kascade-reuse-sparse-prefill (the paper's method),omnikv,quest")
       ->capture_default_str();
   cmd->add_option("--budget", o.budget_percent, "Sparse budget in percent for entries without -p<percent>")

@@ -91,6 +91,18 @@ class Backend {
   virtual int64_t max_decode_batch() const { return INT64_MAX; }
 };
 
+// Kascade's decode steps with fewer keys attend densely on the CPU engine
+// (below it scoring, selecting and gathering cost more than they save; the
+// measurement is in docs/benchmarks.md). AttentionOptions::sparse_from
+// overrides it.
+inline constexpr int64_t kCpuSparseFrom = 1024;
+
+// The options with the engine's defaults filled in where they are unset.
+inline AttentionOptions with_sparse_from(AttentionOptions options, int64_t sparse_from) {
+  if (!options.sparse_from) options.sparse_from = sparse_from;
+  return options;
+}
+
 // The CPU engine over the model at `path`.
 std::unique_ptr<Backend> make_cpu_backend(const std::string& path);
 

@@ -161,7 +161,7 @@ constexpr Suffix kSuffixes[] = {
     {"prefill-only", "sparse-phases", "prefill", true},
     {"reuse", "reuse", "true", true},
     {"own-tile-in-budget", "own-tile-in-budget", "true", true},
-    {"exact-scoring", "scoring", "exact", true},
+    {"sketch-scoring", "scoring", "sketch", true},
     {"refine", "refine", "", true, 2},
     {"from", "sparse-from", "", true},
     {"mink", "min-k", "", false},

@@ -87,6 +87,9 @@ enum class SparsePhases { Both, DecodeOnly, PrefillOnly };
 
 // What a selecting layer ranks keys from at decode: the 4-bit key sketch
 // (attention/key_sketch.h: a seventh of the key bytes), or the fp16 keys.
+// Exact by default: the sketch measured slower on both engines (its nibble
+// decode costs more than the bytes it saves; docs/benchmarks.md,
+// docs/gpu_engine.md) at the same accuracy.
 enum class Scoring { Sketch, Exact };
 
 struct AttentionOptions {
@@ -103,7 +106,7 @@ struct AttentionOptions {
   bool all_anchors = true;
   bool own_tile_in_budget = false;
   int refine_factor = 1;  // c; 1 = plain reuse; > 1 needs reuse (all_anchors false)
-  Scoring scoring = Scoring::Sketch;
+  Scoring scoring = Scoring::Exact;
   // Decode steps that see fewer keys attend densely (below it the sparse
   // path costs more than it saves); unset: the engine's measured break-even.
   std::optional<int64_t> sparse_from;
@@ -159,7 +162,7 @@ void set_attention_option(AttentionOptions& options, std::string_view name, std:
 //   -all-heads-pooled, -no-remap, -pre-softmax-pooling, -fixed-budget,
 //   -own-tile-in-budget    the Kascade ablations above
 //   -reuse                 Kascade: reuse layers as the profile says
-//   -exact-scoring         Kascade: selecting layers score the fp16 keys, not the sketch
+//   -sketch-scoring        Kascade: selecting layers rank keys from the 4-bit key sketch
 //   -from<keys>            Kascade: sparse decode from this many keys on
 //   -sparse-prefill        Kascade: sparse prefill too (default: dense prefill)
 //   -prefill-only          Kascade: sparse prefill, dense decode
