@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (what .ci/run calls): setup (packages, model, Release
-# build), the test suite, the HTTP server's tests through the openai client
+# build), the test suite, the main command's answer on the demo model
+# (fetched here), the HTTP server's tests through the openai client
 # (a venv in build/server-venv), the CUDA build when nvcc is on PATH, the suite again
 # under AddressSanitizer and UndefinedBehaviorSanitizer, then each fuzz target
 # for a bounded time. Ends with a line 'N passed, N failed' (tests and fuzz
@@ -13,6 +14,7 @@ set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 readonly FUZZ_SECONDS="${KASCADE_FUZZ_SECONDS:-60}"
+readonly DEMO_MODEL=qwen2.5-coder-1.5b  # scripts/demo.sh's; kDemoModelFile in src/core/model_cache.h
 JOBS="$(nproc)"
 readonly JOBS
 [[ "$FUZZ_SECONDS" =~ ^[0-9]+$ ]] || { echo "test: KASCADE_FUZZ_SECONDS must be a whole number, got '$FUZZ_SECONDS'" >&2; exit 2; }
@@ -70,7 +72,18 @@ build_and_test_sanitized() {
   cmake --build build-asan -j"$JOBS" || { failed=$((failed + 1)); return 1; }
   ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1}" \
     UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
-    run_ctest build-asan -LE model
+    run_ctest build-asan -LE 'model|demo'
+}
+
+# The main command's answer (tests/demo_test.cc, label demo) on the demo
+# model, fetched here as scripts/demo.sh fetches it: a few minutes on 2 cores.
+demo_tests() {
+  bash scripts/fetch_model.sh "$DEMO_MODEL" >/dev/null || {
+    echo "test: could not fetch the demo model ($DEMO_MODEL)" >&2
+    failed=$((failed + 1))
+    return 1
+  }
+  run_ctest build -L demo
 }
 
 # Everything CUDA: the kernels, the GPU engine and the CLI built with them,
@@ -160,7 +173,8 @@ if ! timed "setup and Release build" bash scripts/setup.sh; then
   failed=$((failed + 1))
   finish
 fi
-timed "tests (build/)" run_ctest build
+timed "tests (build/)" run_ctest build -LE demo
+timed "demo tests (build/)" demo_tests
 timed "server tests (openai client)" server_tests
 
 if [[ "${KASCADE_SKIP_CUDA:-0}" == 1 ]]; then

@@ -208,6 +208,38 @@ void run_info(const std::string& path) {
   fmt::print("\ndevices:\n{}", backends::describe_devices());
 }
 
+struct TokenizeArgs {
+  std::string model = default_model_path();
+  std::string prompt;
+  std::string prompt_file;
+  bool no_special = false;
+  bool parse_special = false;
+};
+
+// Texts to tokenize stay far below this; it only stops an endless stdin.
+constexpr uint64_t kMaxTokenizeBytes = uint64_t(64) << 20;
+
+// Prints the token ids of a text, space-separated on one line: what the
+// engine feeds the model for a --raw prompt, for comparing tokenizers.
+void run_tokenize(const TokenizeArgs& args) {
+  if (!args.prompt.empty() && !args.prompt_file.empty()) fail("give only one of --prompt and --prompt-file");
+  std::optional<std::string> text;
+  if (!args.prompt.empty()) {
+    text = args.prompt;
+  } else if (!args.prompt_file.empty()) {
+    text = read_file_up_to(args.prompt_file, "text file", kMaxTokenizeBytes);
+    if (!text) fail("text file '{}' is longer than {} bytes", args.prompt_file, kMaxTokenizeBytes);
+  } else {
+    if (isatty(STDIN_FILENO)) fail("no text: give --prompt TEXT, --prompt-file FILE, or pipe text on stdin");
+    text = read_stream_up_to(STDIN_FILENO, "the text from standard input", kMaxTokenizeBytes);
+    if (!text) fail("the text on standard input is longer than {} bytes", kMaxTokenizeBytes);
+  }
+  const gguf::File file = gguf::File::open(args.model);
+  const tokenizer::Tokenizer tokenizer(file);
+  const std::vector<int32_t> ids = tokenizer.encode(*text, !args.no_special, args.parse_special);
+  write_stdout(fmt::format("{}\n", fmt::join(ids, " ")));
+}
+
 }  // namespace
 
 CLI::Validator count_flag(int64_t max) {
@@ -275,6 +307,17 @@ void add_attention_flags(CLI::App* cmd, AttentionOptions& options) {
            help)
         ->default_str(setting.current(options));
   }
+}
+
+void register_tokenize(CLI::App& app) {
+  auto args = std::make_shared<TokenizeArgs>();
+  CLI::App* cmd = app.add_subcommand("tokenize", "Print the token ids of a text (no chat template)");
+  cmd->add_option("-m,--model", args->model, "GGUF model file whose tokenizer to use")->capture_default_str();
+  cmd->add_option("-p,--prompt", args->prompt, "Text to tokenize");
+  cmd->add_option("-f,--prompt-file", args->prompt_file, "Read the text from a file (default: standard input)");
+  cmd->add_flag("--no-special", args->no_special, "Add no BOS/EOS even where the model asks for them");
+  cmd->add_flag("--parse-special", args->parse_special, "Match control tokens written in the text (e.g. <|im_start|>)");
+  cmd->callback([args] { run_tokenize(*args); });
 }
 
 void register_info(CLI::App& app) {

@@ -15,6 +15,7 @@ namespace kascade::cli {
 
 void register_generate(CLI::App& app);
 void register_info(CLI::App& app);
+void register_tokenize(CLI::App& app);
 void register_calibrate(CLI::App& app);  // calibrate_command.cc
 void register_eval(CLI::App& app);       // eval_command.cc
 void register_synth(CLI::App& app);      // synth_command.cc

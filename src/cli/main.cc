@@ -1,6 +1,7 @@
 // The `kascade` command line: one frontend over the core library.
 //   kascade generate   stream a completion (prompt text, file or stdin; chat or raw)
 //   kascade info       print a GGUF file's metadata and tensor table
+//   kascade tokenize   print the token ids of a text
 //   kascade eval       long-context accuracy and perplexity of attention strategies
 //   kascade calibrate  choose Kascade anchors and head maps for a model
 //   kascade synth      write a model of a published shape with random weights
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
   });
   kascade::cli::register_generate(app);
   kascade::cli::register_info(app);
+  kascade::cli::register_tokenize(app);
   kascade::cli::register_calibrate(app);
   kascade::cli::register_eval(app);
   kascade::cli::register_synth(app);
