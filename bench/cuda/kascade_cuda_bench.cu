@@ -305,6 +305,28 @@ void bench_decode(const Shape& s, const kc::Budget& budget, Timer& timer, KvAren
     emit("decode", s, "anchor", timer.median_ms(run, reps), kv_bytes / 2 + sparse_bytes, 0,
          double(ws.high_water()) + index_bytes);
   }
+  if (s.seq_len % 64 == 0) {
+    // The default's selecting layer: scores from the 4-bit key sketch
+    // (codes: half a byte per key element, lo/step: 4 bytes per channel per
+    // 64 keys), then exact attention over its top budget.
+    uint8_t* codes = device_alloc<uint8_t>(kv / 2);
+    uint16_t* params = device_alloc<uint16_t>(kv / 64 * 2);
+    const void* const layer_keys_host[1] = {keys};
+    const kc::KeySketch layer_sketch_host[1] = {{codes, params}};
+    const void** layer_keys = device_alloc<const void*>(1);
+    kc::KeySketch* layer_sketch = device_alloc<kc::KeySketch>(1);
+    CHECK(cudaMemcpy(layer_keys, layer_keys_host, sizeof(layer_keys_host), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(layer_sketch, layer_sketch_host, sizeof(layer_sketch_host), cudaMemcpyHostToDevice));
+    kc::sketch_keys(args, s.seq_len, layer_keys, layer_sketch, 1, nullptr);
+    kc::AttentionArgs sketched = args;
+    sketched.key_sketch = {codes, params};
+    kc::Workspace ws;
+    auto run = [&] { kc::anchor_decode(sketched, budget, false, sets, ws, nullptr); };
+    poison_run_check(output, q, s.bf16, run, "anchor_decode (sketch)");
+    emit("decode", s, "sketch", timer.median_ms(run, reps), double(kv) / 2 + double(kv) / 64 * 4 + sparse_bytes, 0,
+         double(ws.high_water()) + index_bytes);
+    for (void* pointer : {(void*)codes, (void*)params, (void*)layer_keys, (void*)layer_sketch}) CHECK(cudaFree(pointer));
+  }
   {
     kc::Workspace ws;
     auto run = [&] { kc::reuse_decode(args, sets, head_map, ws, nullptr); };
@@ -440,7 +462,7 @@ void bench_prefill(const Shape& s, const kc::Budget& budget, int tile, Timer& ti
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: kascade_cuda_bench OUT.csv [decode|prefill|all|profile]\n");
+    std::fprintf(stderr, "usage: kascade_cuda_bench OUT.csv [decode|prefill|all|profile|selecting]\n");
     return 2;
   }
   const std::string what = argc > 2 ? argv[2] : "all";
@@ -472,6 +494,13 @@ int main(int argc, char** argv) {
     }
     if (what == "profile")
       for (int n : {32768, 131072}) decode.push_back({Shape{false, 64, 32, 8, 128, n}, 1});
+    // The selecting layer against dense at 8 and 2 KV heads (Llama 3.1 8B's
+    // and Qwen2.5-1.5B's attention), decode at the lengths the targets name.
+    if (what == "selecting")
+      for (const int kv_heads : {8, 2})
+        for (int batch : {64, 16, 1})
+          for (int n : {32768, 131072})
+            decode.push_back({Shape{false, batch, kv_heads == 8 ? 32 : 12, kv_heads, 128, n}, 20});
     // One KV reservation for all shapes: the largest shape's keys and values
     // (twice for shapes with the chained step).
     auto with_extras = [&](const Shape& shape, int reps) {

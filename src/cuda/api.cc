@@ -117,6 +117,13 @@ void validate(const AttentionArgs& args) {
   }
 }
 
+// The cache layout admits a key sketch (blocks of 64 positions).
+void require_sketch_layout(const AttentionArgs& args, const char* call) {
+  if (args.page_table ? args.page_size % detail::kSketchBlock != 0 : args.capacity % detail::kSketchBlock != 0)
+    fail("{}: the key sketch needs {} {} to be a multiple of {}", call, args.page_table ? "page_size" : "capacity",
+         args.page_table ? args.page_size : args.capacity, detail::kSketchBlock);
+}
+
 void require_contiguous(const AttentionArgs& args, const char* call) {
   if (args.page_table) fail("{}: prefill reads a contiguous cache (page_table must be null)", call);
 }
@@ -158,14 +165,20 @@ detail::CallGeometry call_geometry(const AttentionArgs& args) {
   return g;
 }
 
+detail::PagedLayout paged_layout(const AttentionArgs& args) {
+  detail::PagedLayout layout;
+  if (args.page_table) {
+    layout.page_table = args.page_table;
+    layout.page_shift = std::countr_zero(unsigned(args.page_size));
+    layout.page_table_stride = args.page_table_stride;
+  }
+  return layout;
+}
+
 detail::DecodeParams decode_params(const AttentionArgs& args) {
   detail::DecodeParams p;
   static_cast<detail::CallGeometry&>(p) = call_geometry(args);
-  if (args.page_table) {
-    p.page_table = args.page_table;
-    p.page_shift = std::countr_zero(unsigned(args.page_size));
-    p.page_table_stride = args.page_table_stride;
-  }
+  static_cast<detail::PagedLayout&>(p) = paged_layout(args);
   p.head_blocks = (p.group + kMaxHeadsPerDecodeBlock - 1) / kMaxHeadsPerDecodeBlock;
   p.heads_per_block = (p.group + p.head_blocks - 1) / p.head_blocks;
   p.output = args.output;
@@ -316,8 +329,21 @@ void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_o
          max_budget);
   validate_budget(budget, "anchor_decode");
 
-  const detail::DecodeMode score_mode = dense_output ? detail::DecodeMode::AttendAndScores : detail::DecodeMode::ScoresOnly;
+  const bool sketched = !dense_output && args.key_sketch.codes;
+  if (sketched) {
+    require_sketch_layout(args, "anchor_decode");
+    if (!args.key_sketch.params) fail("anchor_decode: key_sketch.params must be set with key_sketch.codes");
+    require_aligned(args.key_sketch.codes, "key_sketch.codes");
+    require_aligned(args.key_sketch.params, "key_sketch.params");
+  }
+  const detail::DecodeMode score_mode = dense_output ? detail::DecodeMode::AttendAndScores
+                                        : sketched   ? detail::DecodeMode::SketchScores
+                                                     : detail::DecodeMode::ScoresOnly;
   detail::DecodeParams scoring = decode_params(args);
+  if (sketched) {
+    scoring.sketch_codes = args.key_sketch.codes;
+    scoring.sketch_params = args.key_sketch.params;
+  }
   scoring.splits = plan_splits(scoring, args.max_seq_len,
                                detail::decode_blocks_per_sm(args.dtype, args.head_dim, score_mode, false));
   detail::DecodeParams sparse = decode_params(args);
@@ -382,6 +408,28 @@ void reuse_decode(const AttentionArgs& args, const DecodeIndexSets& anchor, cons
   p.head_map = head_map;
   p.index_stride = anchor.max_keys;
   attend_in_splits(p, args, anchor.max_keys, workspace, stream);
+}
+
+void sketch_keys(const AttentionArgs& args, int new_keys, const void* const* layer_keys,
+                 const KeySketch* layer_sketches, int n_layers, cudaStream_t stream) {
+  if (args.dtype != DType::F16 && args.dtype != DType::BF16) fail("sketch_keys: dtype {} is unknown", int(args.dtype));
+  if (args.batch < 1 || args.n_kv_heads < 1) fail("sketch_keys: batch {} and n_kv_heads {} must be >= 1", args.batch,
+                                                  args.n_kv_heads);
+  if (args.head_dim != 64 && args.head_dim != 128 && args.head_dim != 256)
+    fail("sketch_keys: head_dim {} is not 64, 128 or 256", args.head_dim);
+  if (!args.seq_lens || !layer_keys || !layer_sketches) fail("sketch_keys: seq_lens, layer_keys and layer_sketches must be set");
+  if (new_keys < 1 || n_layers < 1) fail("sketch_keys: new_keys {} and n_layers {} must be >= 1", new_keys, n_layers);
+  if (args.page_table && (args.page_size < 16 || (args.page_size & (args.page_size - 1)) != 0))
+    fail("sketch_keys: page_size {} is not a power of two >= 16", args.page_size);
+  require_sketch_layout(args, "sketch_keys");
+  detail::SketchParams p;
+  static_cast<detail::CallGeometry&>(p) = call_geometry(args);
+  static_cast<detail::PagedLayout&>(p) = paged_layout(args);
+  p.new_keys = new_keys;
+  p.n_layers = n_layers;
+  p.layer_keys = layer_keys;
+  p.layer_sketches = layer_sketches;
+  detail::launch_sketch_keys(p, args.dtype, args.head_dim, stream);
 }
 
 void top_k(const float* values, int64_t row_stride, const int* lengths, const int* k, int rows, int* out,

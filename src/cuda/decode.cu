@@ -28,7 +28,12 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 template <int kHeadDim, DecodeMode kMode>
 struct DecodeConfig {
-  static constexpr bool kReadValues = kMode != DecodeMode::ScoresOnly;
+  static constexpr bool kReadValues = kMode == DecodeMode::Attend || kMode == DecodeMode::AttendAndScores;
+  static constexpr bool kSketch = kMode == DecodeMode::SketchScores;
+  // A sketched chunk lands beside the key tile (its codes, then the block's
+  // lo and step) and is widened into the tile before the product.
+  static constexpr int kCodeBytes = kChunkKeys * kHeadDim / 2;
+  static constexpr int kStagingBytes = kSketch ? kCodeBytes + 2 * kHeadDim * 2 : 0;
   // Warps per block. Passes that read V use two, so that four blocks fit a
   // multiprocessor and batch 64 x 8 KV heads runs in one wave (four-warp
   // blocks fit two per multiprocessor: two waves, each paying a block's
@@ -37,7 +42,7 @@ struct DecodeConfig {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kStages = kHeadDim <= 128 ? 3 : 2;
   static constexpr int kTileBytes = kChunkKeys * kHeadDim * 2;
-  static constexpr int kStageBytes = kTileBytes * (kReadValues ? 2 : 1);
+  static constexpr int kStageBytes = kTileBytes * (kReadValues ? 2 : 1) + kStagingBytes;
   static constexpr int kQueryBytes = kRowsPerBlock * kHeadDim * 2;
   static constexpr int kPipelineBytes = kWarps * kStages * kStageBytes;
   // The end-of-block merge reuses the pipeline buffers for per-warp outputs.
@@ -93,6 +98,9 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
   const int b = blockIdx.z;
 
   const int n_keys = kSparse ? p.counts[b] : p.seq_lens[b];
+  // Keys below this come from the sketch (key_sketch.h: the block of the
+  // newest key stays exact); chunks never straddle it (blocks hold 4 chunks).
+  const int sketched_end = Config::kSketch && n_keys > 0 ? (n_keys - 1) / kSketchBlock * kSketchBlock : 0;
   const int per_split = ((n_keys + p.splits - 1) / p.splits + kChunkKeys - 1) / kChunkKeys * kChunkKeys;
   const int begin = split * per_split;
   const int end = min(n_keys, begin + per_split);
@@ -116,6 +124,22 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
     index_row = p.indices + (int64_t(b) * p.n_kv_heads + set_head) * p.index_stride;
   }
   unsigned char* warp_pipeline = pipeline + warp * Config::kStages * Config::kStageBytes;
+
+  // Byte offset of the sketch codes of `position`, and element offset of the
+  // lo/step pair of its block, laid out as the cache.
+  auto sketch_offsets = [&](int position, int64_t& codes, int64_t& params) {
+    if (!page_row) {
+      const int64_t capacity = p.kv_head_stride / kHeadDim;
+      const int64_t head = int64_t(b) * p.n_kv_heads + kv_head;
+      codes = (head * capacity + position) * (kHeadDim / 2);
+      params = (head * (capacity / kSketchBlock) + position / kSketchBlock) * 2 * kHeadDim;
+      return;
+    }
+    const int64_t page = __ldg(page_row + (position >> p.page_shift));
+    const int in_page = position & page_mask;
+    codes = (((page * p.n_kv_heads + kv_head) << p.page_shift) + in_page) * (kHeadDim / 2);
+    params = ((page * p.n_kv_heads + kv_head) * ((page_mask + 1) / kSketchBlock) + in_page / kSketchBlock) * 2 * kHeadDim;
+  };
 
   // Sparse: lane l holds the position of key l of the warp's next chunk,
   // loaded one chunk ahead so the gather never waits on the index read. The
@@ -149,6 +173,21 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
       if constexpr (kSparse) {
         my_position = next_positions;
         next_positions = load_positions(i + 1);
+      }
+      if (Config::kSketch && key0 < sketched_end) {
+        // Codes of the 16 keys (16-byte pieces of rows), then lo and step.
+        const uint32_t staging = key_tile + Config::kTileBytes;
+        int64_t codes = 0, params = 0;
+        sketch_offsets(key0, codes, params);
+        constexpr int kCodePieces = Config::kCodeBytes / 16, kParamPieces = 2 * kHeadDim * 2 / 16;
+        for (int piece = lane; piece < kCodePieces + kParamPieces; piece += 32) {
+          if (piece < kCodePieces)
+            cp_async_16(staging + piece * 16, p.sketch_codes + codes + piece * 16, true);
+          else
+            cp_async_16(staging + piece * 16, p.sketch_params + params + (piece - kCodePieces) * 8, true);
+        }
+        cp_async_commit();
+        return;
       }
 #pragma unroll
       for (int e = 0; e < Config::kPiecesPerLane; ++e) {
@@ -186,6 +225,29 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
     const uint32_t key_tile = shared_address(stage);
     const uint32_t value_tile = key_tile + Config::kTileBytes;
     const int key0 = begin + (warp + kDecodeWarps * i) * kChunkKeys;
+    if (Config::kSketch && key0 < sketched_end) {
+      // Widen the staged codes into the key tile: lo + code * step per
+      // channel, 8 channels (one 16-byte tile chunk) per item.
+      const unsigned char* codes = stage + Config::kTileBytes;
+      const __half* params = reinterpret_cast<const __half*>(codes + Config::kCodeBytes);
+      unsigned char* tile = const_cast<unsigned char*>(stage);
+      for (int item = lane; item < kChunkKeys * kChunks; item += 32) {
+        const int row = item / kChunks, chunk = item % kChunks;
+        const uint32_t packed = *reinterpret_cast<const uint32_t*>(codes + row * (kHeadDim / 2) + chunk * 4);
+        uint32_t out_pairs[4];
+#pragma unroll
+        for (int e = 0; e < 8; e += 2) {
+          const int c = chunk * 8 + e;
+          const float v0 = __half2float(params[c]) + float((packed >> (4 * e)) & 15u) * __half2float(params[kHeadDim + c]);
+          const float v1 =
+              __half2float(params[c + 1]) + float((packed >> (4 * e + 4)) & 15u) * __half2float(params[kHeadDim + c + 1]);
+          out_pairs[e / 2] = ElementTraits<T>::pack2(v0, v1);
+        }
+        *reinterpret_cast<uint4*>(tile + Tile::offset(row, chunk)) =
+            make_uint4(out_pairs[0], out_pairs[1], out_pairs[2], out_pairs[3]);
+      }
+      __syncwarp();
+    }
 
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
@@ -913,6 +975,9 @@ const KernelInfo& decode_kernel_for_dim(DecodeMode mode, bool sparse) {
     case DecodeMode::ScoresOnly:
       if (sparse) unsupported("decode mode (scores of a sparse pass)", int(mode));
       return decode_kernel_info<T, kHeadDim, DecodeMode::ScoresOnly, false>();
+    case DecodeMode::SketchScores:
+      if (sparse) unsupported("decode mode (scores of a sparse pass)", int(mode));
+      return decode_kernel_info<T, kHeadDim, DecodeMode::SketchScores, false>();
   }
   unsupported("decode mode", int(mode));
 }

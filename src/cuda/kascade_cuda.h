@@ -62,6 +62,19 @@ struct Budget {
 // evaluate the same expression on the device).
 int64_t budget_keys(const Budget& budget, int64_t n);
 
+// A layer's 4-bit key sketch (attention/key_sketch.h: per block of 64
+// positions and channel lo = fp16(min), step = fp16((max - lo) / 15), codes
+// round((k - lo) / step), channel 2i in the low nibble of byte i), laid out
+// like the cache: contiguous, codes [batch][n_kv_heads][capacity][head_dim / 2]
+// and params [batch][n_kv_heads][capacity / 64][2][head_dim] fp16 (lo, then
+// step); paged, codes [page][n_kv_heads][page_size][head_dim / 2] and params
+// [page][n_kv_heads][page_size / 64][2][head_dim]. Needs capacity
+// (contiguous) or page_size (paged) a multiple of 64.
+struct KeySketch {
+  uint8_t* codes = nullptr;
+  uint16_t* params = nullptr;
+};
+
 // Geometry and tensors of one attention layer call.
 struct AttentionArgs {
   DType dtype = DType::F16;
@@ -88,6 +101,10 @@ struct AttentionArgs {
   // in [0, max_seq_len), the same for the whole batch (chunked prefill; see
   // the header comment). Kascade prefill: a multiple of the index sets' tile.
   int query_start = 0;
+  // Decode anchors (anchor_decode without dense output): when set, keys
+  // [0, (seq_lens[b] - 1) / 64 * 64) are scored from this sketch of the keys
+  // (written by sketch_keys), the rest from the keys.
+  KeySketch key_sketch;
 };
 
 // Decode index sets: [batch][n_kv_heads][max_keys] int32, ascending; the
@@ -161,6 +178,15 @@ void dense_decode(const AttentionArgs& args, float* lse, Workspace& workspace, c
 // attention instead and the scores come from the same pass.
 void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_output,
                    const DecodeIndexSets& selection, Workspace& workspace, cudaStream_t stream);
+
+// Writes the sketch of the blocks the call's last new_keys positions
+// complete (for each sequence b, blocks [(seq_lens[b] - new_keys) / 64,
+// seq_lens[b] / 64)), for n_layers layers at once: layer l's keys are at
+// layer_keys[l] and its sketch is layer_sketches[l] (device arrays; args.keys
+// and the sketch in args are not read). The layout (contiguous or paged),
+// geometry and seq_lens are the args'. Bit-equal to the CPU's sketch_block.
+void sketch_keys(const AttentionArgs& args, int new_keys, const void* const* layer_keys,
+                 const KeySketch* layer_sketches, int n_layers, cudaStream_t stream);
 
 // Reuse decode: attention over the anchor's keys; KV head h reads the set of
 // anchor head head_map[h] (device [n_kv_heads]; null means identity).

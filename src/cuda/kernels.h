@@ -71,18 +71,24 @@ struct CallGeometry {
   float scale_log2 = 0.f;  // log2(e) / sqrt(head_dim)
 };
 
-// Decode kernels come in three modes: attention only; attention that also
-// writes every raw score (layer 0: dense output, scores for selection); and
-// scores only, reading K alone (the first pass of an anchor layer).
-enum class DecodeMode { Attend, AttendAndScores, ScoresOnly };
-
-// Queries [batch][n_heads][head_dim].
-struct DecodeParams : CallGeometry {
-  // Paged cache (null: contiguous): position p of sequence b is row p % 2^page_shift
-  // of page page_table[b * page_table_stride + (p >> page_shift)].
+// Where a paged cache keeps its rows (page_table null: contiguous): position
+// p of sequence b is row p % 2^page_shift of page
+// page_table[b * page_table_stride + (p >> page_shift)].
+struct PagedLayout {
   const int* page_table = nullptr;
   int page_shift = 0;
   int64_t page_table_stride = 0;
+};
+
+// Decode kernels come in four modes: attention only; attention that also
+// writes every raw score (layer 0: dense output, scores for selection);
+// scores only, reading K alone (the first pass of an anchor layer); and
+// scores only with the keys below the sketched end read from the 4-bit key
+// sketch (kascade_cuda.h's KeySketch: an anchor's cheap first pass).
+enum class DecodeMode { Attend, AttendAndScores, ScoresOnly, SketchScores };
+
+// Queries [batch][n_heads][head_dim].
+struct DecodeParams : CallGeometry, PagedLayout {
   // Sparse key lists (null for dense): indices[(b*G + head_map[h])*index_stride + j], j < counts[b].
   const int* indices = nullptr;
   const int* counts = nullptr;
@@ -104,7 +110,24 @@ struct DecodeParams : CallGeometry {
   int64_t score_stride = 0;      // a multiple of 4 (rows are read as float4)
   int score_record = 0;
   float* score_bounds = nullptr;  // [batch][n_heads][splits][2]: smallest, largest score of the split
+  // SketchScores: the layer's key sketch, laid out as the cache (KeySketch).
+  const uint8_t* sketch_codes = nullptr;
+  const uint16_t* sketch_params = nullptr;
 };
+
+// The key sketch's block (kascade_cuda.h, KeySketch).
+constexpr int kSketchBlock = 64;
+
+// sketch_keys: per (sequence, KV head, layer) the blocks that the call's last
+// new_keys positions complete.
+// Contiguous (no page table): capacity = kv_head_stride / head_dim.
+struct SketchParams : CallGeometry, PagedLayout {
+  int new_keys = 0;
+  int n_layers = 0;
+  const void* const* layer_keys = nullptr;  // [layer]
+  const KeySketch* layer_sketches = nullptr;  // [layer]
+};
+void launch_sketch_keys(const SketchParams& params, DType dtype, int head_dim, cudaStream_t stream);
 
 // The decode launches take `programmatic`: launch the kernel as a
 // programmatic dependent of the stream's previous kernel, whatever it is (its

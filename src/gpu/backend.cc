@@ -219,8 +219,8 @@ CudaBackend::CudaBackend(const std::string& path, const BackendOptions& options)
     fail("{}: d_model {} and the FFN width {} must be multiples of 8 for the GPU engine", path, c.d_model, c.ffn_dim);
   if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
     fail("{}: head dim {} is not one the GPU kernels take (64, 128, 256)", path, c.head_dim);
-  if (options.page_size < 16 || (options.page_size & (options.page_size - 1)) != 0)
-    fail("KV page size {} is not a power of two >= 16", options.page_size);
+  if (options.page_size < 64 || (options.page_size & (options.page_size - 1)) != 0)
+    fail("KV page size {} is not a power of two >= 64 (the key sketch's blocks)", options.page_size);
   const model::Weights weights = model::read_weights(file_, c);
 
   // Everything must fit before anything is uploaded: the stacks as the
@@ -298,7 +298,7 @@ CudaBackend::CudaBackend(const std::string& path, const BackendOptions& options)
         "cudaMallocHost");
   size_t free_bytes = 0, total = 0;
   check(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
-  const uint64_t page_bytes = uint64_t(c.n_kv_heads) * options.page_size * c.head_dim * 2 * 2 * uint64_t(c.n_layers);
+  const uint64_t page_bytes = KvPool::page_bytes(c.n_layers, c.n_kv_heads, c.head_dim, options.page_size);
   const int64_t n_pages = int64_t(double(free_bytes) * options.kv_memory_fraction) / int64_t(page_bytes);
   if (n_pages < 1)
     fail("no GPU memory is left for the KV cache: {} free after the weights ({}), a page needs {}", gib(free_bytes),
@@ -322,7 +322,7 @@ void CudaBackend::check_supported(const Plan& plan) const {
 }
 
 std::unique_ptr<BackendSequence> CudaBackend::new_sequence(const engine::SequenceOptions& options) {
-  Plan plan(options.attention, config_.attention_shape());
+  Plan plan(engine::with_sparse_from(options.attention, kGpuSparseFrom), config_.attention_shape());
   check_supported(plan);
   if (options.capacity < 1 || options.capacity > config_.context_length)
     fail("context of {} tokens is outside the model's 1..{}", options.capacity, config_.context_length);
@@ -428,7 +428,9 @@ void CudaBackend::attend(StepBuffers& b, int layer, const CudaSequence& seq, Pha
     case LayerAction::Anchor: {
       const bool dense_output = step.action == LayerAction::DenseAnchor;
       if (prefill) return kc::anchor_prefill(args, budget, dense_output, prefill_sets(), b.attention, stream_);
-      return kc::anchor_decode(args, budget, dense_output, decode_sets, b.attention, stream_);
+      kc::AttentionArgs scored = args;
+      if (step.sketch) scored.key_sketch = pool_->sketch(layer);
+      return kc::anchor_decode(scored, budget, dense_output, decode_sets, b.attention, stream_);
     }
     case LayerAction::Reuse:
       if (prefill) return kc::reuse_prefill(args, prefill_sets(), head_map, b.attention, stream_);
@@ -556,6 +558,15 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
       progress(n * (l + 1) / c.n_layers);
     }
   }
+  // The key sketch of the blocks this chunk completed, every layer (kept for
+  // every plan, so that a prefix copied to another sequence carries it).
+  kc::AttentionArgs paged = attention_args(1);
+  paged.seq_lens = seq_len;
+  paged.page_table = page_table;
+  paged.page_size = options_.page_size;
+  paged.page_table_stride = int64_t(seq.pages_.size());
+  paged.capacity = paged.page_table_stride * options_.page_size;
+  kc::sketch_keys(paged, int(n), pool_->device_layer_keys(), pool_->device_layer_sketches(), c.n_layers, stream_);
   const float* logits = logits_of_last(prefill_, x + (n - 1) * c.d_model, 1);
   std::vector<float> host(size_t(c.vocab_size));
   check(cudaMemcpyAsync(host.data(), logits, host.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_),
@@ -616,6 +627,8 @@ void CudaBackend::decode_kernels(const CudaSequence& seq, int64_t B, int64_t str
     attend(decode_, l, seq, Phase::Decode, max_len, args);
     feed_forward(decode_, w, decode_.attended.memory.as<uint16_t>(), x, B);
   }
+  // The sketch of each block the step's key completed, for the steps after it.
+  kc::sketch_keys(args, 1, pool_->device_layer_keys(), pool_->device_layer_sketches(), c.n_layers, stream_);
   logits_of_last(decode_, x, B);
 }
 

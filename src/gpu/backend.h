@@ -28,8 +28,17 @@
 
 namespace kascade::gpu {
 
+// Kascade's decode steps with fewer keys attend densely on the GPU engine:
+// with every layer selecting, the score, select and attend kernels of each
+// layer cost more than the bytes they save. Measured on the H200
+// (docs/gpu_engine.md, "Break-even"): slower than dense at every context up
+// to 30K on Qwen2.5-Coder-1.5B (0.67-0.78x at batch 1, 0.88-0.93x at 16); on
+// the 8B ahead only from 32K at batch 16. AttentionOptions::sparse_from
+// overrides it.
+inline constexpr int64_t kGpuSparseFrom = 32768;
+
 struct BackendOptions {
-  int page_size = 64;             // positions per KV page (a power of two >= 16)
+  int page_size = 64;             // positions per KV page (a power of two >= 64)
   int max_batch = 64;             // sequences one decode step may batch
   int64_t prefill_chunk = 4096;   // rows per product of a prefill; the least tokens a scheduler's chunk takes
   // KV pages take this share of the device memory left after the weights and

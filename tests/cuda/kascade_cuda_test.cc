@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "attention/kascade_ops.h"
+#include "attention/key_sketch.h"
 #include "attention_fixtures.h"
 #include "core/error.h"
 #include "core/half.h"
@@ -139,6 +140,10 @@ struct ErrorMeter {
 // Compares a GPU index set with the CPU one by captured pooled mass.
 struct SelectionMeter {
   int64_t sets = 0, exact = 0, bad_ties = 0, short_mass = 0, malformed = 0;
+  // Relative distance from the k-th pooled score within which indices may
+  // differ: round-off of equal inputs, or more where the GPU rounds what the
+  // CPU keeps (the sketch's widened keys, to the element type).
+  float tie_tolerance = 1e-4f;
   double worst_deficit = 0;
   // pooled: CPU pooled scores over the candidates; norm: the number of rows pooled.
   void add(std::span<const int32_t> gpu, std::span<const int32_t> cpu, const std::vector<float>& pooled, double norm) {
@@ -166,9 +171,9 @@ struct SelectionMeter {
     for (int32_t j : cpu) kth = std::min(kth, pooled[j]);
     std::set<int32_t> in_cpu(cpu.begin(), cpu.end()), in_gpu(gpu.begin(), gpu.end());
     for (int32_t j : gpu)
-      if (!in_cpu.count(j) && std::fabs(pooled[j] - kth) > 1e-4f * kth + 1e-7f) ++bad_ties;
+      if (!in_cpu.count(j) && std::fabs(pooled[j] - kth) > tie_tolerance * kth + 1e-7f) ++bad_ties;
     for (int32_t j : cpu)
-      if (!in_gpu.count(j) && std::fabs(pooled[j] - kth) > 1e-4f * kth + 1e-7f) ++bad_ties;
+      if (!in_gpu.count(j) && std::fabs(pooled[j] - kth) > tie_tolerance * kth + 1e-7f) ++bad_ties;
   }
   bool ok() const { return malformed == 0 && short_mass == 0 && bad_ties == 0; }
   std::string describe() const {
@@ -232,8 +237,9 @@ struct Cache {
   Tensor16 keys, values;
   DeviceBuffer<uint16_t> device_keys, device_values;
   DeviceBuffer<int> seq_lens;
-  Cache(const Problem& p)
-      : capacity(p.max_len() + 3),
+  // capacity: the longest sequence + 3, rounded up to capacity_multiple.
+  explicit Cache(const Problem& p, int64_t capacity_multiple = 1)
+      : capacity((p.max_len() + 3 + capacity_multiple - 1) / capacity_multiple * capacity_multiple),
         keys(random_tensor(size_t(p.batch()) * p.n_kv_heads * capacity * p.head_dim, p.bf16, 1.f)),
         values(random_tensor(keys.values.size(), p.bf16, 1.f)),
         device_keys(keys.bits.size()),
@@ -255,6 +261,49 @@ struct Cache {
 kc::AttentionArgs make_args(const Problem& p, const Cache& cache, const void* queries, void* output) {
   return kc::fixtures::attention_args(p.geometry(), cache.device(p), queries, output);
 }
+
+// The cache's rows copied into a shuffled pool of pages of `page_size`
+// positions: the paged layout the GPU engine's KV pool uses.
+struct PagedPool {
+  int page_size;
+  int64_t pages_per_sequence;
+  DeviceBuffer<uint16_t> keys, values;
+  DeviceBuffer<int> table;
+  PagedPool(const Problem& p, const Cache& cache, int page_size)
+      : page_size(page_size),
+        pages_per_sequence((cache.capacity + page_size - 1) / page_size),
+        keys(size_t(p.batch()) * pages_per_sequence * p.n_kv_heads * page_size * p.head_dim),
+        values(keys.count),
+        table(size_t(p.batch()) * pages_per_sequence) {
+    const int d = p.head_dim, G = p.n_kv_heads;
+    std::vector<int> order(table.count);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<uint16_t> pool_keys(keys.count), pool_values(values.count);
+    for (int b = 0; b < p.batch(); ++b)
+      for (int h = 0; h < G; ++h)
+        for (int64_t pos = 0; pos < cache.capacity; ++pos) {
+          const int64_t page = order[size_t(b * pages_per_sequence + pos / page_size)];
+          const int64_t to = ((page * G + h) * page_size + pos % page_size) * d;
+          const int64_t from = cache.head_offset(p, b, h) + pos * d;
+          std::copy_n(cache.keys.bits.begin() + from, d, pool_keys.begin() + to);
+          std::copy_n(cache.values.bits.begin() + from, d, pool_values.begin() + to);
+        }
+    keys.upload(pool_keys);
+    values.upload(pool_values);
+    table.upload(order);
+  }
+  // `flat` (over the contiguous cache) reading this pool instead.
+  kc::AttentionArgs args(kc::AttentionArgs flat) const {
+    flat.keys = keys.data;
+    flat.values = values.data;
+    flat.page_table = table.data;
+    flat.page_size = page_size;
+    flat.page_table_stride = pages_per_sequence;
+    flat.capacity = pages_per_sequence * page_size;
+    return flat;
+  }
+};
 
 // CPU pooled post-softmax scores of `rows` over candidates [0, n).
 std::vector<float> cpu_pooled(const ka::GroupQueries& rows, const float* keys, int d, int64_t n) {
@@ -389,6 +438,134 @@ void test_decode(const Problem& p, const kc::Budget& budget) {
   }
 }
 
+// The key sketch: sketch_keys bit-equal to the CPU's sketch_block, in the
+// contiguous and a shuffled paged layout; an anchor scoring from it selects
+// as the CPU twin does (ka::anchor_decode with rule.sketch), judged on the
+// pooled scores of the sketched keys, and paged selects what contiguous does.
+void test_decode_sketch(const Problem& p, const kc::Budget& budget) {
+  const std::string name = "sketch decode " + p.name();
+  constexpr int kBlock = ka::kSketchBlock;
+  Cache cache(p, kBlock);
+  const int d = p.head_dim, G = p.n_kv_heads, g = p.group();
+  const int64_t blocks_per_head = cache.capacity / kBlock;
+  const Tensor16 queries = random_tensor(size_t(p.batch()) * p.n_heads * d, p.bf16, p.query_scale);
+  DeviceBuffer<uint16_t> device_queries(queries.bits.size()), output(queries.bits.size());
+  device_queries.upload(queries.bits);
+  kc::AttentionArgs args = make_args(p, cache, device_queries.data, output.data);
+
+  DeviceBuffer<uint8_t> codes(size_t(p.batch()) * G * cache.capacity * d / 2);
+  DeviceBuffer<uint16_t> params(size_t(p.batch()) * G * blocks_per_head * 2 * d);
+  codes.poison();
+  params.poison();
+  const std::vector<const void*> layer_keys{cache.device_keys.data};
+  const std::vector<kc::KeySketch> layer_sketches{{codes.data, params.data}};
+  DeviceBuffer<const void*> device_layer_keys(1);
+  DeviceBuffer<kc::KeySketch> device_layer_sketches(1);
+  device_layer_keys.upload(layer_keys);
+  device_layer_sketches.upload(layer_sketches);
+  kc::sketch_keys(args, p.max_len(), device_layer_keys.data, device_layer_sketches.data, 1, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "sketch_keys");
+  const std::vector<uint8_t> gpu_codes = codes.download();
+  const std::vector<uint16_t> gpu_params = params.download();
+
+  // The CPU sketch of every complete block, and the sketched keys the CPU pools over.
+  bool equal = true;
+  std::vector<float> sketched_keys = cache.keys.values;
+  std::vector<float> lo(d), step(d), row(d);
+  std::vector<uint8_t> cpu_codes(size_t(kBlock) * d / 2);
+  for (int b = 0; b < p.batch(); ++b)
+    for (int h = 0; h < G; ++h)
+      for (int64_t block = 0; block < p.lens[b] / kBlock; ++block) {
+        const int64_t head = int64_t(b) * G + h;
+        const float* keys = cache.keys.values.data() + cache.head_offset(p, b, h) + block * kBlock * d;
+        ka::sketch_block(ka::kernels::Rows<float>{keys, d}, d, lo.data(), step.data(), cpu_codes.data());
+        const uint16_t* gpu_block_params = gpu_params.data() + (head * blocks_per_head + block) * 2 * d;
+        for (int c = 0; c < d; ++c)
+          equal = equal && gpu_block_params[c] == kascade::fp32_to_fp16(lo[c]) &&
+                  gpu_block_params[d + c] == kascade::fp32_to_fp16(step[c]);
+        equal = equal && std::equal(cpu_codes.begin(), cpu_codes.end(),
+                                    gpu_codes.begin() + (head * cache.capacity + block * kBlock) * d / 2);
+        if (block < (p.lens[b] - 1) / kBlock) {
+          const ka::SketchBlock view{lo.data(), step.data(), cpu_codes.data()};
+          for (int64_t j = 0; j < kBlock; ++j)
+            ka::dequantize_sketch_row(view, d, j,
+                                      sketched_keys.data() + cache.head_offset(p, b, h) + (block * kBlock + j) * d);
+        }
+      }
+  print_check(equal, name + " sketch bit-equal to the CPU's");
+  EXPECT_TRUE(equal) << name << ": sketch_keys differs from sketch_block";
+
+  auto group_queries = [&](int b, int h) {
+    ka::GroupQueries rows;
+    rows.data = queries.values.data() + (int64_t(b) * p.n_heads + h * g) * d;
+    rows.n_positions = 1;
+    rows.group = g;
+    rows.position_stride = int64_t(p.n_heads) * d;
+    rows.head_stride = d;
+    rows.first_position = p.lens[b] - 1;
+    return rows;
+  };
+  const int64_t max_keys = kc::budget_keys(budget, p.max_len());
+  DeviceBuffer<int> indices(size_t(p.batch()) * G * max_keys), counts(p.batch());
+  const kc::DecodeIndexSets sets{indices.data, counts.data, max_keys};
+  kc::AttentionArgs sketched = args;
+  sketched.key_sketch = {codes.data, params.data};
+  kc::Workspace workspace;
+  output.poison();
+  kc::anchor_decode(sketched, budget, false, sets, workspace, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "anchor_decode (sketch)");
+  const std::vector<int> gpu_indices = indices.download();
+  const std::vector<int> gpu_counts = counts.download();
+  const std::vector<uint16_t> gpu_out = output.download();
+  ka::SelectionRule rule;
+  rule.percent = budget.percent;
+  rule.min_k = budget.min_keys;
+  rule.sketch = true;
+  SelectionMeter selection;
+  // The GPU widens sketched keys to the element type for its tensor cores
+  // (fp16: 2^-11, bf16: 2^-8 of each key), which moves scores by about that.
+  selection.tie_tolerance = p.bf16 ? 1e-2f : 2e-3f;
+  ErrorMeter meter;
+  for (int b = 0; b < p.batch(); ++b)
+    for (int h = 0; h < G; ++h) {
+      const int64_t n = p.lens[b];
+      std::vector<int32_t> cpu_set(rule.count(n));
+      ka::anchor_decode(group_queries(b, h), cache.rows(p, b, h).keys, d, d, rule, cpu_set.data());
+      const int* first = gpu_indices.data() + (int64_t(b) * G + h) * max_keys;
+      const std::vector<int32_t> gpu_set(first, first + std::min<int64_t>(gpu_counts[b], max_keys));
+      selection.add(gpu_set, cpu_set,
+                    cpu_pooled(group_queries(b, h), sketched_keys.data() + cache.head_offset(p, b, h), d, n), g);
+      std::vector<float> out(size_t(g) * d);
+      ka::sparse_attention(group_queries(b, h), cache.rows(p, b, h), d, gpu_set, false,
+                           ka::GroupOutput{out.data(), int64_t(g) * d, d});
+      for (int i = 0; i < g * d; ++i) meter.add(from_bits(gpu_out[(int64_t(b) * p.n_heads + h * g) * d + i], p.bf16), out[i]);
+    }
+  expect_selection(selection, name + " anchor selection");
+  expect_output(meter, name + " anchor output");
+
+  // The same through a shuffled pool of 64-position pages.
+  const PagedPool pool(p, cache, kBlock);
+  DeviceBuffer<uint8_t> paged_codes(codes.count);
+  DeviceBuffer<uint16_t> paged_params(params.count);
+  kc::AttentionArgs paged = pool.args(sketched);
+  paged.key_sketch = {paged_codes.data, paged_params.data};
+  const std::vector<const void*> paged_layer_keys{pool.keys.data};
+  const std::vector<kc::KeySketch> paged_layer_sketches{paged.key_sketch};
+  device_layer_keys.upload(paged_layer_keys);
+  device_layer_sketches.upload(paged_layer_sketches);
+  kc::sketch_keys(paged, p.max_len(), device_layer_keys.data, device_layer_sketches.data, 1, nullptr);
+  DeviceBuffer<int> paged_indices(indices.count), paged_counts(counts.count);
+  kc::anchor_decode(paged, budget, false, {paged_indices.data, paged_counts.data, max_keys}, workspace, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "anchor_decode (sketch, paged)");
+  const bool paged_ok = paged_indices.download() == gpu_indices && output.download() == gpu_out;
+  print_check(paged_ok, name + " paged index sets and output bit-equal");
+  EXPECT_TRUE(paged_ok) << name << ": the paged sketch selects otherwise";
+  // A capacity the sketch's blocks do not divide is refused.
+  kc::AttentionArgs odd = sketched;
+  odd.capacity = cache.capacity - 1;
+  EXPECT_THROW(kc::anchor_decode(odd, budget, false, sets, workspace, nullptr), kascade::Error);
+}
+
 // The decode passes over a paged cache (pages of `page_size` positions in a
 // shuffled pool) against the same passes over the contiguous cache: the same
 // kernels with other addresses, so outputs and index sets must be bit-equal.
@@ -396,40 +573,15 @@ void test_decode_paged(const Problem& p, const kc::Budget& budget, int page_size
   const std::string name = "paged decode (pages of " + std::to_string(page_size) + ") " + p.name();
   Cache cache(p);
   const int d = p.head_dim, G = p.n_kv_heads;
-  const int64_t pages_per_sequence = (cache.capacity + page_size - 1) / page_size;
-  const int64_t n_pages = int64_t(p.batch()) * pages_per_sequence;
-  std::vector<int> table(static_cast<size_t>(n_pages));
-  std::iota(table.begin(), table.end(), 0);
-  std::shuffle(table.begin(), table.end(), rng);
-  std::vector<uint16_t> pool_keys(size_t(n_pages) * G * page_size * d), pool_values(pool_keys.size());
-  for (int b = 0; b < p.batch(); ++b)
-    for (int h = 0; h < G; ++h)
-      for (int64_t pos = 0; pos < cache.capacity; ++pos) {
-        const int64_t page = table[size_t(b * pages_per_sequence + pos / page_size)];
-        const int64_t to = ((page * G + h) * page_size + pos % page_size) * d;
-        const int64_t from = cache.head_offset(p, b, h) + pos * d;
-        std::copy_n(cache.keys.bits.begin() + from, d, pool_keys.begin() + to);
-        std::copy_n(cache.values.bits.begin() + from, d, pool_values.begin() + to);
-      }
-  DeviceBuffer<uint16_t> device_pool_keys(pool_keys.size()), device_pool_values(pool_values.size());
-  device_pool_keys.upload(pool_keys);
-  device_pool_values.upload(pool_values);
-  DeviceBuffer<int> device_table(table.size());
-  device_table.upload(table);
+  const PagedPool pool(p, cache, page_size);
 
   const Tensor16 queries = random_tensor(size_t(p.batch()) * p.n_heads * d, p.bf16, p.query_scale);
   DeviceBuffer<uint16_t> device_queries(queries.bits.size());
   device_queries.upload(queries.bits);
   DeviceBuffer<uint16_t> out_flat(queries.bits.size()), out_paged(queries.bits.size());
   kc::AttentionArgs flat = make_args(p, cache, device_queries.data, out_flat.data);
-  kc::AttentionArgs paged = flat;
-  paged.keys = device_pool_keys.data;
-  paged.values = device_pool_values.data;
+  kc::AttentionArgs paged = pool.args(flat);
   paged.output = out_paged.data;
-  paged.page_table = device_table.data;
-  paged.page_size = page_size;
-  paged.page_table_stride = pages_per_sequence;
-  paged.capacity = pages_per_sequence * page_size;
   kc::Workspace workspace;
   const int64_t max_keys = kc::budget_keys(budget, p.max_len());
   DeviceBuffer<int> indices_flat(size_t(p.batch()) * G * max_keys), indices_paged(indices_flat.count);
@@ -1106,6 +1258,10 @@ TEST_F(KascadeCuda, DecodeLongSegments) {
   test_decode({false, 67, 67, 64, {33000}}, kStandard);
 }
 
+TEST_F(KascadeCuda, DecodeSketchF16) { test_decode_sketch({false, 32, 8, 128, {1000, 4097, 130, 77, 20000}}, kStandard); }
+TEST_F(KascadeCuda, DecodeSketchBf16Group6) { test_decode_sketch({true, 12, 2, 128, {30001, 640, 65}}, kStandard); }
+TEST_F(KascadeCuda, DecodeSketchHeadDim64Group3) { test_decode_sketch({false, 9, 3, 64, {3001, 129, 5}}, kSmall); }
+TEST_F(KascadeCuda, DecodeSketchHeadDim256) { test_decode_sketch({true, 8, 4, 256, {2500, 700}}, kStandard); }
 TEST_F(KascadeCuda, DecodePagedF16) { test_decode_paged({false, 32, 8, 128, {1000, 4097, 130, 20000}}, kStandard, 64); }
 TEST_F(KascadeCuda, DecodePagedBf16Group3) { test_decode_paged({true, 9, 3, 64, {3001, 129, 5}}, kSmall, 16); }
 TEST_F(KascadeCuda, DecodePagedBigPages) { test_decode_paged({false, 16, 2, 128, {7001, 77}}, kStandard, 1024); }
