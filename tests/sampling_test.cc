@@ -603,6 +603,17 @@ TEST(StopStrings, RejectsAnEmptyStopString) {
   expect_error_mentioning([] { StopStringMatcher matcher({"ok", ""}); }, "stop string 1");
 }
 
+// Generated text is always valid UTF-8 (tokenizer::StreamDecoder), so such a
+// stop string could never match.
+TEST(StopStrings, RejectsInvalidUtf8) {
+  expect_error_mentioning([] { StopStringMatcher matcher({"\xff"}); }, "stop string 0 is not valid UTF-8");
+  expect_error_mentioning([] { check_stop_strings(std::vector<std::string>{"ok", "a\xe3\x80"}); },
+                          "stop string 1 is not valid UTF-8");
+  expect_error_mentioning([] { check_stop_strings(std::vector<std::string>{"\xed\xa0\x80"}); },  // a surrogate
+                          "not valid UTF-8");
+  EXPECT_NO_THROW(check_stop_strings(std::vector<std::string>{"\xe3\x80\x82", "</s>"}));
+}
+
 TEST(StopStrings, RandomStreamsMatchABruteForceReference) {
   const std::vector<std::string> stops = {"abc", "cab", "bb", "acca"};
   std::mt19937 rng(5);

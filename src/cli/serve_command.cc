@@ -48,6 +48,7 @@ void run_serve(ServeArgs& args) {
   if (args.context > config.context_length)
     fail("--ctx-size {} exceeds the model's context of {} tokens", args.context, config.context_length);
   defaults.context = args.context > 0 ? args.context : config.context_length;
+  defaults.vocab_size = config.vocab_size;
   defaults.attention = args.attention;
   // Kascade's profile, as `generate` resolves it, for every request that asks for kascade.
   defaults.profile = model::resolve_profile(args.profile, args.model, config, backend->file(), args.server.quiet);
