@@ -75,7 +75,7 @@ struct Row {
   std::function<void(const fs::path&)> setup = {};
   std::function<void(const fs::path&, const Outcome&)> check = {};
   Input input = Input::kNull;
-  std::string stdin_text = {};
+  std::string stdin_text = {};  // with Input::kFile or Input::kPipe
   Output output = Output::kFile;
 };
 
@@ -100,6 +100,7 @@ Outcome run_row(const Row& row, const fs::path& dir) {
                                 .dir = dir,
                                 .input = row.input,
                                 .input_file = in_path,
+                                .input_text = row.stdin_text,
                                 .output = row.output,
                                 .time_limit = kTimeLimit});
 }
@@ -157,6 +158,30 @@ size_t chat_tokens(const std::vector<tokenizer::ChatMessage>& messages) {
 }
 
 void fifo(const fs::path& dir) { ASSERT_EQ(mkfifo((dir / "f").c_str(), 0600), 0) << std::strerror(errno); }
+
+// The FIFO dir/f and a process that opens it for writing after `delay_ms`
+// (so the reader comes first and must wait for it) and writes `text`. It
+// ends when the reader is gone (SIGPIPE) or, if none comes, at an alarm.
+std::function<void(const fs::path&)> fifo_written_later(std::string text, int delay_ms) {
+  return [text, delay_ms](const fs::path& dir) {
+    fifo(dir);
+    const std::string path = (dir / "f").string();
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0) << std::strerror(errno);
+    if (pid > 0) return;
+    // Only async-signal-safe calls here: the test process may have threads.
+    alarm(unsigned(kTimeLimit.count()));
+    const timespec delay{delay_ms / 1000, long(delay_ms % 1000) * 1000000L};
+    nanosleep(&delay, nullptr);
+    const int fd = open(path.c_str(), O_WRONLY);
+    for (size_t done = 0; fd >= 0 && done < text.size();) {
+      const ssize_t n = write(fd, text.data() + done, text.size() - done);
+      if (n <= 0) break;
+      done += size_t(n);
+    }
+    _exit(0);
+  };
+}
 
 // A profile for the tiny models' attention shape, valid in every field a row does not change.
 json tiny_profile() {
@@ -354,13 +379,24 @@ std::vector<Row> rows() {
                                                                                     {"user", kInjection}})),
                chat_model});
 
-  // ---- 6. FIFOs and devices are refused at once, never waited on.
+  // ---- 6. FIFOs and devices are refused at once, never waited on, where a
+  // file must be mapped or read again; a prompt may come from a pipe or FIFO
+  // (issue 31), whose writer it waits for as `cat` does.
   r.push_back({"FifoInfo", {"info", "{dir}/f"}, 1, "not a regular file (a FIFO)", fifo});
   r.push_back({"FifoModel", {"generate", "-m", "{dir}/f", "-p", "hi"}, 1, "not a regular file (a FIFO)", fifo});
   r.push_back({"FifoProfile", tiny_generate({"--attention", "kascade", "--profile", "{dir}/f"}), 1,
                "cannot read profile", fifo});
-  r.push_back({"FifoPromptFile", {"generate", "-m", "{tiny}", "--raw", "-f", "{dir}/f"}, 1,
-               "cannot read prompt file", fifo});
+  r.push_back({"FifoPromptFile", {"generate", "-m", "{tiny}", "--raw", "-f", "{dir}/f", "-n", "4", "-q"}, 0, "",
+               fifo_written_later("hi", 1000)});
+  r.push_back({"FifoPromptFileWriterWritesNothing", {"generate", "-m", "{tiny}", "--raw", "-f", "{dir}/f", "-n", "4"},
+               1, "the prompt is empty", fifo_written_later("", 500)});
+  r.push_back({"PipePromptDevStdin", {"generate", "-m", "{tiny}", "--raw", "-f", "/dev/stdin", "-n", "4", "-q"}, 0,
+               "", {}, {}, Input::kPipe, "hi"});
+  r.push_back({"PipePromptDevFd", {"generate", "-m", "{tiny}", "--raw", "-f", "/dev/fd/0", "-n", "4", "-q"}, 0, "",
+               {}, {}, Input::kPipe, "hi"});
+  r.push_back({"PipeProfile",
+               tiny_generate({"--attention", "kascade", "--profile", "/dev/stdin"}), 1,
+               "cannot read profile '/dev/stdin': not a regular file (a FIFO)", {}, {}, Input::kPipe, "{}"});
   r.push_back({"FifoDevSet", tiny_calibrate({"--dev-set", "{dir}/f", "--out", "{dir}/p.json"}), 1,
                "cannot read dev set", fifo, absent("p.json")});
   r.push_back({"FifoHaystack", tiny_eval({"--haystack", "{dir}/f", "--out", "{dir}/out"}), 1,

@@ -77,7 +77,7 @@ std::string prompt_text(const GenerateArgs& args, int64_t context) {
     text = args.prompt;
     if (text->size() > max_bytes) too_long("the --prompt text");
   } else if (!args.prompt_file.empty()) {
-    text = read_file_up_to(args.prompt_file, "prompt file", max_bytes);
+    text = read_file_up_to(args.prompt_file, "prompt file", max_bytes, InputKinds::kRegularFilesAndPipes);
     if (!text) too_long(fmt::format("prompt file '{}'", args.prompt_file));
   } else if (args.demo) {
     text = demo_prompt();
