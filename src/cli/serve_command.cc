@@ -102,7 +102,7 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->add_option("--shutdown-grace", s.shutdown_grace, "Seconds running requests get after SIGTERM")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 86400.0));
+      ->check(seconds_flag(86400));
   cmd->add_flag("-q,--quiet", s.quiet, "No request log");
   cmd->callback([args] { run_serve(*args); });
 #else
