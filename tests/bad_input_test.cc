@@ -267,7 +267,7 @@ std::vector<std::string> tiny_generate(const std::vector<std::string>& more) {
 }
 
 std::vector<std::string> tiny_calibrate(const std::vector<std::string>& more) {
-  return with({"calibrate", "-m", "{llama}", "--prompts", "1", "--max-tokens", "64", "--anchors", "1..2", "--choose",
+  return with({"calibrate", "-m", "{llama}", "--prompts", "1", "--max-tokens", "96", "--anchors", "1..2", "--choose",
                "1", "-q"},
               more);
 }
@@ -498,6 +498,15 @@ std::vector<Row> rows() {
                chat_model, {}, Input::kClosed});
   r.push_back({"EmptyRawPrompt", {"generate", "-m", "{tiny}", "--raw", "-p", "", "-n", "4"}, 1, "the prompt is empty"});
   r.push_back({"EmptyStdinRawPrompt", {"generate", "-m", "{tiny}", "--raw", "-n", "4"}, 1, "the prompt is empty"});
+  r.push_back({"CalibrateEveryPromptTooShort", tiny_calibrate({"--max-tokens", "64", "--out", "{dir}/p.json"}), 1,
+               "every prompt is too short to calibrate on: the longest has 64 tokens, and a prompt needs at least 65",
+               {}, absent("p.json")});
+  r.push_back({"CalibrateSomePromptsTooShort",
+               tiny_calibrate({"--dev-set", "{dir}/dev.txt", "--prompts", "0", "--out", "{dir}/p.json"}), 0,
+               "warning: 1 of 2 prompts have fewer than 65 tokens, too few to measure with --tile 32 and --top-k 32: "
+               "left out",
+               text_file("dev.txt", "@@@ document: short\nA few words.\n@@@ document: long\n" + words(200) + "\n"),
+               present({"p.json"})});
   r.push_back({"ProfileWithDenseWarns", tiny_generate({"--profile", "{dir}/profile.json"}), 0,
                "warning: --profile is read only by --attention kascade", profile_with([](json&) {})});
   r.push_back({"EvalProfileWithoutKascadeWarns",
