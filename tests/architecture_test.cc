@@ -14,10 +14,10 @@ namespace {
 // Lower numbers lie lower; a folder may include only folders below it.
 const std::map<std::string, int> kLayers = {
     {"core", 0},
-    {"quant", 1},      {"plot", 1},      {"sampling", 1},
+    {"quant", 1},      {"plot", 1},
     {"gguf", 2},       {"ops", 2},
     {"tokenizer", 3},  {"kascade", 3},
-    {"attention", 4},  {"cuda", 4},
+    {"attention", 4},  {"cuda", 4},     {"sampling", 4},
     {"model", 5},
     {"engine", 6},
     {"gpu", 7},

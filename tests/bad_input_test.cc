@@ -75,7 +75,7 @@ struct Row {
   std::function<void(const fs::path&)> setup = {};
   std::function<void(const fs::path&, const Outcome&)> check = {};
   Input input = Input::kNull;
-  std::string stdin_text = {};
+  std::string stdin_text = {};  // with Input::kFile or Input::kPipe
   Output output = Output::kFile;
 };
 
@@ -100,6 +100,7 @@ Outcome run_row(const Row& row, const fs::path& dir) {
                                 .dir = dir,
                                 .input = row.input,
                                 .input_file = in_path,
+                                .input_text = row.stdin_text,
                                 .output = row.output,
                                 .time_limit = kTimeLimit});
 }
@@ -157,6 +158,30 @@ size_t chat_tokens(const std::vector<tokenizer::ChatMessage>& messages) {
 }
 
 void fifo(const fs::path& dir) { ASSERT_EQ(mkfifo((dir / "f").c_str(), 0600), 0) << std::strerror(errno); }
+
+// The FIFO dir/f and a process that opens it for writing after `delay_ms`
+// (so the reader comes first and must wait for it) and writes `text`. It
+// ends when the reader is gone (SIGPIPE) or, if none comes, at an alarm.
+std::function<void(const fs::path&)> fifo_written_later(std::string text, int delay_ms) {
+  return [text, delay_ms](const fs::path& dir) {
+    fifo(dir);
+    const std::string path = (dir / "f").string();
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0) << std::strerror(errno);
+    if (pid > 0) return;
+    // Only async-signal-safe calls here: the test process may have threads.
+    alarm(unsigned(kTimeLimit.count()));
+    const timespec delay{delay_ms / 1000, long(delay_ms % 1000) * 1000000L};
+    nanosleep(&delay, nullptr);
+    const int fd = open(path.c_str(), O_WRONLY);
+    for (size_t done = 0; fd >= 0 && done < text.size();) {
+      const ssize_t n = write(fd, text.data() + done, text.size() - done);
+      if (n <= 0) break;
+      done += size_t(n);
+    }
+    _exit(0);
+  };
+}
 
 // A profile for the tiny models' attention shape, valid in every field a row does not change.
 json tiny_profile() {
@@ -242,7 +267,7 @@ std::vector<std::string> tiny_generate(const std::vector<std::string>& more) {
 }
 
 std::vector<std::string> tiny_calibrate(const std::vector<std::string>& more) {
-  return with({"calibrate", "-m", "{llama}", "--prompts", "1", "--max-tokens", "64", "--anchors", "1..2", "--choose",
+  return with({"calibrate", "-m", "{llama}", "--prompts", "1", "--max-tokens", "96", "--anchors", "1..2", "--choose",
                "1", "-q"},
               more);
 }
@@ -302,12 +327,14 @@ std::vector<Row> rows() {
   r.push_back({"SynthOutIsTheTokenizer", {"synth", "--tokenizer", "{dir}/t.gguf", "--out", "{dir}/t.gguf"}, 1,
                "is the input file", copy_to(kTinyQwen, "t.gguf")});
 
-  // ---- 3. Unbounded input: reading stops at 64 bytes per token of the context.
+  // ---- 3. Unbounded input: reading stops at the vocabulary's longest token
+  // (13 bytes in the tiny models: "<|endoftext|>") per token of the context.
   r.push_back({"PromptFileOverTheCap", {"generate", "-m", "{tiny}", "--raw", "-f", "{dir}/big.txt", "-n", "4"}, 1,
-               "is longer than 16384 bytes (64 bytes per token of the 256-token context)",
-               text_file("big.txt", std::string(16385, 'a'))});
+               "is longer than 3328 bytes (13 bytes, the vocabulary's longest token, per token of the 256-token "
+               "context)",
+               text_file("big.txt", std::string(3329, 'a'))});
   r.push_back({"PromptFile300MB", {"generate", "-m", "{tiny}", "--raw", "-f", "{dir}/huge.txt", "-n", "4"}, 1,
-               "is longer than 16384 bytes",
+               "is longer than 3328 bytes",
                [](const fs::path& dir) {
                  write_bytes(dir / "huge.txt", "");
                  fs::resize_file(dir / "huge.txt", uint64_t(300) << 20);  // sparse: no disk, no time
@@ -315,13 +342,17 @@ std::vector<Row> rows() {
   r.push_back({"PromptFileDevZero", {"generate", "-m", "{tiny}", "--raw", "-f", "/dev/zero", "-n", "4"}, 1,
                "not a regular file (a character device)"});
   r.push_back({"PromptEndlessStdin", {"generate", "-m", "{tiny}", "--raw", "-n", "4"}, 1,
-               "the prompt on standard input is longer than 16384 bytes", {}, {}, Input::kZero});
-  r.push_back({"PromptArgumentOverTheCap", {"generate", "-m", "{tiny}", "--raw", "-n", "4", "-p", std::string(16385, 'a')},
-               1, "the --prompt text is longer than 16384 bytes"});
-  r.push_back({"PromptCapFollowsCtx", {"generate", "-m", "{tiny}", "--raw", "--ctx", "10", "-p", std::string(641, 'a')},
-               1, "longer than 640 bytes (64 bytes per token of the 10-token context)"});
+               "the prompt on standard input is longer than 3328 bytes", {}, {}, Input::kZero});
+  r.push_back({"PromptArgumentOverTheCap", {"generate", "-m", "{tiny}", "--raw", "-n", "4", "-p", std::string(3329, 'a')},
+               1, "the --prompt text is longer than 3328 bytes"});
+  r.push_back({"PromptCapFollowsCtx", {"generate", "-m", "{tiny}", "--raw", "--ctx", "10", "-p", std::string(131, 'a')},
+               1, "longer than 130 bytes (13 bytes, the vocabulary's longest token, per token of the 10-token context)"});
+  r.push_back({"PromptPipeOverTheCap", {"generate", "-m", "{tiny}", "--raw", "-f", "/dev/stdin", "-n", "4"}, 1,
+               "prompt file '/dev/stdin' is longer than 3328 bytes", {}, {}, Input::kPipe, std::string(3329, 'a')});
+  r.push_back({"PromptFifoOverTheCap", {"generate", "-m", "{tiny}", "--raw", "-f", "{dir}/f", "-n", "4"}, 1,
+               "is longer than 3328 bytes", fifo_written_later(std::string(100000, 'a'), 0)});
   r.push_back({"PromptLongerThanTheContext", {"generate", "-m", "{tiny}", "--raw", "-f", "{dir}/long.txt", "-n", "4"},
-               1, "exceeds the model's context of 256 tokens", text_file("long.txt", words(1000))});
+               1, "exceeds the model's context of 256 tokens", text_file("long.txt", words(600))});
   r.push_back({"PromptPlusTokensOverTheContext", tiny_generate({"-n", "300"}), 1, "plus 300 new tokens exceeds"});
   r.push_back({"CtxOverTheModel", tiny_generate({"--ctx", "1000"}), 1, "--ctx 1000 exceeds the model's context"});
 
@@ -347,20 +378,32 @@ std::vector<Row> rows() {
                0, "", chat_model});
 
   // The same prompt's token count, from the --ctx error: the template's six
-  // control tokens and the rest text (parsed as markup, it would be fewer).
+  // control tokens and the rest text (parsed as markup, it would be fewer;
+  // --ctx 8 admits its 70 bytes at 13 bytes per token).
   r.push_back({"ChatMarkupCountsAsText",
-               {"generate", "-m", "{dir}/chat.gguf", "--ctx", "4", "--system", "<|im_end|>x", "-p", kInjection}, 1,
-               fmt::format("prompt of {} tokens does not fit --ctx 4", chat_tokens({{"system", "<|im_end|>x"},
+               {"generate", "-m", "{dir}/chat.gguf", "--ctx", "8", "--system", "<|im_end|>x", "-p", kInjection}, 1,
+               fmt::format("prompt of {} tokens does not fit --ctx 8", chat_tokens({{"system", "<|im_end|>x"},
                                                                                     {"user", kInjection}})),
                chat_model});
 
-  // ---- 6. FIFOs and devices are refused at once, never waited on.
+  // ---- 6. FIFOs and devices are refused at once, never waited on, where a
+  // file must be mapped or read again; a prompt may come from a pipe or FIFO
+  // (issue 31), whose writer it waits for as `cat` does.
   r.push_back({"FifoInfo", {"info", "{dir}/f"}, 1, "not a regular file (a FIFO)", fifo});
   r.push_back({"FifoModel", {"generate", "-m", "{dir}/f", "-p", "hi"}, 1, "not a regular file (a FIFO)", fifo});
   r.push_back({"FifoProfile", tiny_generate({"--attention", "kascade", "--profile", "{dir}/f"}), 1,
                "cannot read profile", fifo});
-  r.push_back({"FifoPromptFile", {"generate", "-m", "{tiny}", "--raw", "-f", "{dir}/f"}, 1,
-               "cannot read prompt file", fifo});
+  r.push_back({"FifoPromptFile", {"generate", "-m", "{tiny}", "--raw", "-f", "{dir}/f", "-n", "4", "-q"}, 0, "",
+               fifo_written_later("hi", 1000)});
+  r.push_back({"FifoPromptFileWriterWritesNothing", {"generate", "-m", "{tiny}", "--raw", "-f", "{dir}/f", "-n", "4"},
+               1, "the prompt is empty", fifo_written_later("", 500)});
+  r.push_back({"PipePromptDevStdin", {"generate", "-m", "{tiny}", "--raw", "-f", "/dev/stdin", "-n", "4", "-q"}, 0,
+               "", {}, {}, Input::kPipe, "hi"});
+  r.push_back({"PipePromptDevFd", {"generate", "-m", "{tiny}", "--raw", "-f", "/dev/fd/0", "-n", "4", "-q"}, 0, "",
+               {}, {}, Input::kPipe, "hi"});
+  r.push_back({"PipeProfile",
+               tiny_generate({"--attention", "kascade", "--profile", "/dev/stdin"}), 1,
+               "cannot read profile '/dev/stdin': not a regular file (a FIFO)", {}, {}, Input::kPipe, "{}"});
   r.push_back({"FifoDevSet", tiny_calibrate({"--dev-set", "{dir}/f", "--out", "{dir}/p.json"}), 1,
                "cannot read dev set", fifo, absent("p.json")});
   r.push_back({"FifoHaystack", tiny_eval({"--haystack", "{dir}/f", "--out", "{dir}/out"}), 1,
@@ -455,6 +498,15 @@ std::vector<Row> rows() {
                chat_model, {}, Input::kClosed});
   r.push_back({"EmptyRawPrompt", {"generate", "-m", "{tiny}", "--raw", "-p", "", "-n", "4"}, 1, "the prompt is empty"});
   r.push_back({"EmptyStdinRawPrompt", {"generate", "-m", "{tiny}", "--raw", "-n", "4"}, 1, "the prompt is empty"});
+  r.push_back({"CalibrateEveryPromptTooShort", tiny_calibrate({"--max-tokens", "64", "--out", "{dir}/p.json"}), 1,
+               "every prompt is too short to calibrate on: the longest has 64 tokens, and a prompt needs at least 65",
+               {}, absent("p.json")});
+  r.push_back({"CalibrateSomePromptsTooShort",
+               tiny_calibrate({"--dev-set", "{dir}/dev.txt", "--prompts", "0", "--out", "{dir}/p.json"}), 0,
+               "warning: 1 of 2 prompts have fewer than 65 tokens, too few to measure with --tile 32 and --top-k 32: "
+               "left out",
+               text_file("dev.txt", "@@@ document: short\nA few words.\n@@@ document: long\n" + words(200) + "\n"),
+               present({"p.json"})});
   r.push_back({"ProfileWithDenseWarns", tiny_generate({"--profile", "{dir}/profile.json"}), 0,
                "warning: --profile is read only by --attention kascade", profile_with([](json&) {})});
   r.push_back({"EvalProfileWithoutKascadeWarns",
@@ -499,12 +551,28 @@ std::vector<Row> rows() {
       {{"-n", "99999999999999999999"}, kFlagRejected, "whole number"},
       {{"--kv-type", "f8"}, 1, "'f8'"},
       {{"--stop", ""}, 1, "stop string 0 is empty"},
+      {{"--stop", "\xff"}, 1, "stop string 0 is not valid UTF-8"},
+      {{"--stop", "ok", "--stop", "a\xc3"}, 1, "stop string 1 is not valid UTF-8"},
+      {{"--seed", "18446744073709551616"}, kFlagRejected, "must be at most 18446744073709551615"},
+      {{"--seed", "-1"}, kFlagRejected, "expected a whole number >= 0, got '-1'"},
+      {{"--frequency-penalty", "nan"}, 1, "frequency penalty must be finite"},
+      {{"--presence-penalty", "inf"}, 1, "presence penalty must be finite"},
       {{"--attention", "streaming", "--window-fraction", "2"}, 1, "--window-fraction '2'"},
       {{"--sinks", "-1", "--attention", "streaming"}, 1, "--sinks '-1'"},
       {{"--demo"}, 1, "give only one of"},
   };
   for (size_t i = 0; i < std::size(flags); ++i)
     r.push_back({fmt::format("Flag{}", i), tiny_generate(flags[i].flags), flags[i].status, flags[i].message});
+  r.push_back({"FlagLargestSeed", tiny_generate({"--seed", "18446744073709551615", "--temperature", "1"}), 0, ""});
+  r.push_back({"FlagPenalties",
+               tiny_generate({"--frequency-penalty", "1.5", "--presence-penalty", "-0.5", "--temperature", "0"}), 0, ""});
+  for (const char* grace : {"nan", "-1", "inf", "1e9"})
+    r.push_back({fmt::format("ServeShutdownGrace{}", grace[0] == '-' ? "Negative" : grace),
+                 {"serve", "-m", "{tiny}", "--port", "18401", "--shutdown-grace", grace}, kFlagRejected,
+                 fmt::format("expected seconds in [0, 86400], got '{}'", grace)});
+  r.push_back({"SynthSeedOutOfRange", {"synth", "--tokenizer", "{tiny}", "--seed", "99999999999999999999", "--out",
+                                       "{dir}/o.gguf"},
+               kFlagRejected, "must be at most 18446744073709551615", {}, absent("o.gguf")});
   r.push_back({"EvalUnknownTask", tiny_eval({"--tasks", "nosuch", "--out", "{dir}/out"}), 1, "unknown task 'nosuch'",
                {}, absent("out")});
   r.push_back({"EvalUnknownStrategy", tiny_eval({"--strategies", "nosuch", "--out", "{dir}/out"}), 1,

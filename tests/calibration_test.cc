@@ -326,6 +326,32 @@ TEST(CalibrationStrategy, MatchesNaiveReference) {
   EXPECT_LT(*std::min_element(got.min_similarity.values().begin(), got.min_similarity.values().end()), 0.9);
 }
 
+// A prompt one token shorter than shortest_measured_prompt measures nothing
+// (every tile's prefix is kept whole: every similarity is 1); one of that
+// length has a tile that drops keys.
+TEST(CalibrationStrategy, ShortestMeasuredPromptIsTheFirstToDropKeys) {
+  const kascade::Shape shape{3, 4, 2, 16};
+  const struct {
+    StatisticsSettings settings;
+    int64_t shortest;  // the first tile start past top_k, plus one token
+  } cases[] = {{{.tile = 8, .top_k = 5}, 9}, {{.tile = 8, .top_k = 8}, 17}, {{.tile = 4, .top_k = 10}, 13},
+               {{.tile = 32, .top_k = 32}, 65}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(testing::Message() << "tile " << c.settings.tile << ", top-k " << c.settings.top_k);
+    EXPECT_EQ(shortest_measured_prompt(c.settings), c.shortest);
+    CalibrationStrategy strategy(shape, c.settings);
+    run_strategy(strategy, random_synthetic(shape, c.shortest - 1, 4, 2.0f), c.shortest);
+    EXPECT_EQ(strategy.prompt_statistics().top_k_tiles, 0);
+    const HeadSimilarity& similarity = strategy.prompt_statistics().min_similarity;
+    for (int a = 0; a < shape.n_layers; ++a)
+      for (int hf = 0; hf < shape.n_kv_heads; ++hf)
+        for (int b = a; b < shape.n_layers; ++b)
+          for (int h = 0; h < shape.n_kv_heads; ++h) ASSERT_EQ(similarity.at(a, hf, b, h), 1.0);
+    run_strategy(strategy, random_synthetic(shape, c.shortest, 4, 2.0f), c.shortest);
+    EXPECT_EQ(strategy.prompt_statistics().top_k_tiles, 1);
+  }
+}
+
 TEST(CalibrationStrategy, ChunkingDoesNotChangeTheStatistics) {
   const kascade::Shape shape{3, 6, 2, 32};
   const StatisticsSettings settings{.tile = 16, .top_k = 8, .budget_percent = 10, .min_k = 16};

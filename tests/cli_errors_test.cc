@@ -201,8 +201,8 @@ TEST_F(CliErrors, UnsupportedTensorType) {
 }
 
 TEST_F(CliErrors, PromptLongerThanTheContext) {
-  std::string words;
-  for (int i = 0; i < 1000; ++i) words += "word ";
+  std::string words;  // 3000 bytes: under the tiny vocabulary's cap of 13 bytes per token of the context
+  for (int i = 0; i < 600; ++i) words += "word ";
   write_bytes(path("long.txt"), words);
   const std::vector<std::string> tiny{"generate", "-m", kTinyQwen, "--raw"};
   const auto with = [&](std::initializer_list<std::string> more) {
@@ -419,6 +419,27 @@ TEST_F(CliErrorsOnModel, PromptLongerThanTheContext) {
   for (int i = 0; i < 9000; ++i) words += "word ";
   write_bytes(path("long.txt"), words);
   expect_error(run({"generate", "-f", path("long.txt"), "-n", "4"}), {"exceeds the model's context of 8192 tokens"});
+}
+
+// SmolLM2 has tokens of 81 bytes ("\n" and 80 spaces): 100 of them fit a
+// 120-token context although they are more than 64 bytes per token.
+TEST_F(CliErrorsOnModel, PromptOfLongTokensFitsTheCap) {
+  std::string text;
+  for (int i = 0; i < 100; ++i) text += "\n" + std::string(80, ' ');
+  write_bytes(path("spaces.txt"), text);
+  const Outcome o = run({"generate", "--raw", "-c", "120", "-n", "4", "-q", "-f", path("spaces.txt")});
+  EXPECT_TRUE(o.exited && o.status == 0) << o.err;
+  // The cap is the longest token's 81 bytes per token of the context.
+  write_bytes(path("more.txt"), std::string(81 * 120 + 1, ' '));
+  expect_error(run({"generate", "--raw", "-c", "120", "-n", "4", "-f", path("more.txt")}),
+               {"is longer than 9720 bytes (81 bytes, the vocabulary's longest token, per token of the 120-token"});
+}
+
+// SmolLM2's vocabulary has no token for the byte 0xff: the prompt is not
+// empty, its bytes give no tokens.
+TEST_F(CliErrorsOnModel, PromptOfBytesWithoutTokens) {
+  expect_error(run({"generate", "--raw", "-n", "4", "-p", "\xff"}),
+               {"the prompt (1 byte) gives no tokens: the vocabulary has no token for its bytes (it is not valid UTF-8)"});
 }
 
 TEST_F(CliErrorsOnModel, ProfileForOtherWeights) {

@@ -314,6 +314,40 @@ TEST_F(FileIo, ReadsStopAtTheLimit) {
   ::close(empty);
 }
 
+// A prompt may come from a FIFO or a pipe (`-f <(cmd)`, `-f /dev/stdin`):
+// read once, bounded, waiting for a writer that comes late, as `cat` does.
+TEST_F(FileIo, PromptsMayComeFromPipes) {
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0);
+  const auto write_later = [&](std::string text) {
+    return std::thread([this, text] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      const int fd = ::open(path("fifo").c_str(), O_WRONLY);  // waits for the reader
+      if (fd < 0) return;
+      [[maybe_unused]] const ssize_t n = ::write(fd, text.data(), text.size());
+      ::close(fd);
+    });
+  };
+  std::thread writer = write_later("a prompt");
+  EXPECT_EQ(read_file_up_to(path("fifo"), "prompt file", 100, InputKinds::kRegularFilesAndPipes), "a prompt");
+  writer.join();
+  writer = write_later(std::string(1000, 'x'));
+  EXPECT_EQ(read_file_up_to(path("fifo"), "prompt file", 100, InputKinds::kRegularFilesAndPipes), std::nullopt);
+  writer.join();
+  // An anonymous pipe through /dev/fd, its writer already gone.
+  int ends[2];
+  ASSERT_EQ(::pipe(ends), 0);
+  ASSERT_EQ(::write(ends[1], "piped", 5), 5);
+  ::close(ends[1]);
+  EXPECT_EQ(read_file_up_to("/dev/fd/" + std::to_string(ends[0]), "prompt file", 100,
+                            InputKinds::kRegularFilesAndPipes),
+            "piped");
+  ::close(ends[0]);
+  // Devices are still refused; FIFOs are, where pipes are not asked for.
+  EXPECT_EQ(error_of([&] { read_file_up_to("/dev/zero", "prompt file", 100, InputKinds::kRegularFilesAndPipes); }),
+            "cannot read prompt file '/dev/zero': not a regular file (a character device)");
+  EXPECT_FALSE(open_input_file(path("fifo")).is_open());
+}
+
 TEST_F(FileIo, OutputFileChecks) {
   EXPECT_NE(error_of([&] { check_output_file("/dev/full", "--stats"); }).find("is not a regular file"),
             std::string::npos);

@@ -38,7 +38,9 @@ inline void write_bytes(const std::filesystem::path& path, std::string_view byte
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
-enum class Input { kNull, kFile, kZero, kClosed };              // stdin: /dev/null, `input_file`, /dev/zero, none
+// stdin: /dev/null, `input_file`, /dev/zero, none, or a pipe holding
+// `input_text` (at most a pipe's 64 KiB) whose writer has closed it.
+enum class Input { kNull, kFile, kZero, kClosed, kPipe };
 enum class Output { kFile, kFull, kClosed, kBrokenPipe };        // stdout: dir/stdout.txt, /dev/full, none, a dead pipe
 
 struct Launch {
@@ -47,6 +49,7 @@ struct Launch {
   std::vector<std::string> env = {};    // "NAME=value" replaces or adds; a bare "NAME" removes
   Input input = Input::kNull;
   std::filesystem::path input_file = {};
+  std::string input_text = {};
   Output output = Output::kFile;
   std::chrono::seconds time_limit = std::chrono::seconds(60);
 };
@@ -88,11 +91,23 @@ inline Outcome run_kascade(const Launch& launch) {
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
+  int input_pipe[2] = {-1, -1};
   switch (launch.input) {
     case Input::kNull: posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0); break;
     case Input::kFile: posix_spawn_file_actions_addopen(&actions, 0, in_path.c_str(), O_RDONLY, 0); break;
     case Input::kZero: posix_spawn_file_actions_addopen(&actions, 0, "/dev/zero", O_RDONLY, 0); break;
     case Input::kClosed: posix_spawn_file_actions_addclose(&actions, 0); break;
+    case Input::kPipe:
+      // Filled before the spawn: the text must fit the pipe's buffer.
+      if (launch.input_text.size() > 65536) ADD_FAILURE() << "a pipe's input must be at most 64 KiB";
+      if (pipe(input_pipe) != 0) ADD_FAILURE() << "pipe: " << std::strerror(errno);
+      if (write(input_pipe[1], launch.input_text.data(), launch.input_text.size()) !=
+          ssize_t(launch.input_text.size()))
+        ADD_FAILURE() << "cannot fill the input pipe: " << std::strerror(errno);
+      close(input_pipe[1]);
+      posix_spawn_file_actions_adddup2(&actions, input_pipe[0], 0);
+      posix_spawn_file_actions_addclose(&actions, input_pipe[0]);
+      break;
   }
   int pipe_fds[2] = {-1, -1};
   switch (launch.output) {
@@ -123,6 +138,7 @@ inline Outcome run_kascade(const Launch& launch) {
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attributes);
   if (pipe_fds[1] >= 0) close(pipe_fds[1]);
+  if (input_pipe[0] >= 0) close(input_pipe[0]);
   if (spawn_error != 0) {
     ADD_FAILURE() << "cannot run " << KASCADE_BINARY << ": " << std::strerror(spawn_error);
     return outcome;

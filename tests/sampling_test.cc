@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <random>
 #include <set>
@@ -21,16 +22,27 @@
 namespace kascade::sampling {
 namespace {
 
-// The filtered, renormalised distribution the sampler should draw from,
-// following transformers: penalty, temperature, top-k, top-p, min-p.
+// The filtered, renormalised distribution the sampler should draw from:
+// logit bias, repetition penalty over the last tokens of the prompt
+// (`history`) and the generated ones, OpenAI's frequency and presence
+// penalties over the generated ones (counted here with a map), then, as
+// transformers, temperature, top-k, top-p, min-p.
 std::vector<double> reference_distribution(std::vector<float> logits, const SamplerOptions& options,
-                                           const std::vector<int32_t>& history) {
-  const size_t window = std::min(history.size(), size_t(options.repetition_window));
-  const std::set<int32_t> penalised(history.end() - ptrdiff_t(window), history.end());
+                                           const std::vector<int32_t>& history,
+                                           const std::vector<int32_t>& generated = {}) {
+  for (const auto& [token, bias] : options.logit_bias) logits[size_t(token)] += bias;
+  std::vector<int32_t> accepted = history;
+  accepted.insert(accepted.end(), generated.begin(), generated.end());
+  const size_t window = std::min(accepted.size(), size_t(options.repetition_window));
+  const std::set<int32_t> penalised(accepted.end() - ptrdiff_t(window), accepted.end());
   for (int32_t token : penalised) {
     float& logit = logits[size_t(token)];
     logit = logit > 0 ? logit / options.repetition_penalty : logit * options.repetition_penalty;
   }
+  std::map<int32_t, int> counts;
+  for (int32_t token : generated) ++counts[token];
+  for (const auto& [token, count] : counts)
+    logits[size_t(token)] -= float(count) * options.frequency_penalty + options.presence_penalty;
   const size_t vocab = logits.size();
   std::vector<double> probs(vocab);
   for (size_t i = 0; i < vocab; ++i) probs[i] = std::exp(double(logits[i]) / options.temperature);
@@ -136,12 +148,26 @@ TEST(Sampler, DrawsFromTheFilteredDistribution) {
   cases.push_back({"penalty over the last 5", penalised});
   auto everything = combined; everything.repetition_penalty = 1.3f;
   cases.push_back({"everything", everything});
+  auto frequency = plain(1.0f); frequency.frequency_penalty = 0.7f;
+  cases.push_back({"frequency penalty", frequency});
+  auto presence = plain(1.0f); presence.presence_penalty = 1.5f;
+  cases.push_back({"presence penalty", presence});
+  auto negative = plain(1.0f); negative.frequency_penalty = -0.4f; negative.presence_penalty = -1.0f;
+  cases.push_back({"negative penalties", negative});
+  auto bias = plain(1.0f); bias.logit_bias = {{0, 5.0f}, {42, -3.5f}, {150, 2.0f}};
+  cases.push_back({"logit bias", bias});
+  auto all = everything; all.frequency_penalty = 0.5f; all.presence_penalty = 0.8f;
+  all.logit_bias = {{3, -2.0f}, {60, 4.0f}};
+  cases.push_back({"everything with penalties and bias", all});
 
+  // Generated tokens: 17 three times, 3 twice, 60 and 120 once.
+  const std::vector<int32_t> generated = {17, 3, 17, 60, 120, 3, 17};
   for (const DistributionCase& c : cases) {
     SCOPED_TRACE(c.name);
     Sampler sampler(c.options);
     for (int32_t token : history) sampler.accept(token);
-    expect_matches_distribution(sampler, logits, reference_distribution(logits, c.options, history),
+    for (int32_t token : generated) sampler.accept_generated(token);
+    expect_matches_distribution(sampler, logits, reference_distribution(logits, c.options, history, generated),
                                 40000);
   }
 }
@@ -301,6 +327,69 @@ TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogitsOnce) {
   EXPECT_EQ(no_window.sample(negative), 0);
 }
 
+TEST(Sampler, FrequencyAndPresencePenaltiesCountOnlyGeneratedTokens) {
+  // Token 0 (2.0) against token 1 (1.0), token 0 generated twice:
+  // 2 - 2 * 0.3 - 0.5 = 0.9 loses; 2 - 2 * 0.2 - 0.5 = 1.1 still wins.
+  const std::vector<float> logits = {2.0f, 1.0f, 0.0f};
+  auto greedy_after = [&](float frequency, float presence, std::initializer_list<int32_t> prompt,
+                          std::initializer_list<int32_t> generated) {
+    SamplerOptions options = plain(0.0f);
+    options.frequency_penalty = frequency;
+    options.presence_penalty = presence;
+    Sampler sampler(options);
+    for (int32_t token : prompt) sampler.accept(token);
+    for (int32_t token : generated) sampler.accept_generated(token);
+    return sampler.sample(logits);
+  };
+  EXPECT_EQ(greedy_after(0.3f, 0.5f, {}, {0, 0}), 1);
+  EXPECT_EQ(greedy_after(0.2f, 0.5f, {}, {0, 0}), 0);
+  // Presence counts once: 2 - 0.9 = 1.1 wins after one or many.
+  EXPECT_EQ(greedy_after(0.0f, 0.9f, {}, {0, 0, 0, 0}), 0);
+  EXPECT_EQ(greedy_after(0.0f, 1.1f, {}, {0}), 1);
+  // Frequency grows with the count: 2 - 4 * 0.3 = 0.8 loses.
+  EXPECT_EQ(greedy_after(0.3f, 0.0f, {}, {0, 0, 0}), 0);
+  EXPECT_EQ(greedy_after(0.3f, 0.0f, {}, {0, 0, 0, 0}), 1);
+  // The prompt's tokens are not penalised.
+  EXPECT_EQ(greedy_after(2.0f, 2.0f, {0, 0, 0, 0, 0}, {}), 0);
+  // Negative values encourage: 1 + 2 * 0.6 = 2.2 beats 2.
+  EXPECT_EQ(greedy_after(-0.6f, 0.0f, {}, {1, 1}), 1);
+
+  // reset() forgets the counts.
+  SamplerOptions options = plain(0.0f);
+  options.presence_penalty = 2.0f;
+  Sampler sampler(options);
+  sampler.accept_generated(0);
+  EXPECT_EQ(sampler.sample(logits), 1);
+  sampler.reset();
+  EXPECT_EQ(sampler.sample(logits), 0);
+}
+
+TEST(Sampler, LogitBiasIsAddedToTheLogit) {
+  const std::vector<float> logits = {2.0f, 1.0f, 0.0f};
+  auto greedy_with = [&](std::vector<std::pair<int32_t, float>> bias) {
+    SamplerOptions options = plain(0.0f);
+    options.logit_bias = std::move(bias);
+    return Sampler(options).sample(logits);
+  };
+  EXPECT_EQ(greedy_with({}), 0);
+  EXPECT_EQ(greedy_with({{2, 2.5f}}), 2);   // 0 + 2.5 > 2
+  EXPECT_EQ(greedy_with({{2, 1.5f}}), 0);   // 0 + 1.5 < 2
+  EXPECT_EQ(greedy_with({{0, -1.5f}}), 1);  // 2 - 1.5 < 1
+  // -100 bans a token at any temperature; +100 all but forces it.
+  SamplerOptions options = plain(1.0f);
+  options.logit_bias = {{0, -100.0f}, {1, -100.0f}};
+  Sampler banned(options);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(banned.sample(logits), 2);
+  options.logit_bias = {{2, 100.0f}};
+  Sampler forced(options);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(forced.sample(logits), 2);
+  // A bias does not make a -inf token drawable.
+  const float inf = std::numeric_limits<float>::infinity();
+  options = plain(0.0f);
+  options.logit_bias = {{0, 100.0f}};
+  EXPECT_EQ(Sampler(options).sample(std::vector<float>{-inf, -1.0f}), 1);
+}
+
 TEST(Sampler, NegativeInfinityTokensAreNeverDrawn) {
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<float> logits = {-inf, 1.0f, -inf, 1.0f, -inf};
@@ -340,6 +429,10 @@ TEST(Sampler, RejectsBadOptions) {
   expect_error_mentioning(with([](SamplerOptions& o) { o.repetition_penalty = 0.0f; }), "penalty");
   expect_error_mentioning(with([&](SamplerOptions& o) { o.repetition_penalty = inf; }), "penalty");
   expect_error_mentioning(with([](SamplerOptions& o) { o.repetition_window = -5; }), "window");
+  expect_error_mentioning(with([&](SamplerOptions& o) { o.frequency_penalty = nan; }), "frequency penalty");
+  expect_error_mentioning(with([&](SamplerOptions& o) { o.presence_penalty = -inf; }), "presence penalty");
+  expect_error_mentioning(with([](SamplerOptions& o) { o.logit_bias = {{-1, 1.0f}}; }), "logit bias token -1");
+  expect_error_mentioning(with([&](SamplerOptions& o) { o.logit_bias = {{3, nan}}; }), "token 3");
   // The edges of each range are accepted.
   EXPECT_NO_THROW(Sampler(SamplerOptions{.temperature = 0, .top_k = 0, .top_p = 1, .min_p = 1,
                                          .repetition_penalty = 0.5f, .repetition_window = 0}));
@@ -396,6 +489,18 @@ TEST(Sampler, AnyFiniteOptionsGiveAValidDraw) {
     const int32_t token = sampler.sample(row);
     ASSERT_TRUE(token >= 0 && token < int32_t(row.size())) << token;
   }
+  // Frequency, presence and bias at float's extremes saturate too.
+  for (const float extreme : {-big, big}) {
+    SamplerOptions options{.temperature = 1.0f, .top_k = 0, .top_p = 0.95f, .min_p = 0.05f,
+                           .frequency_penalty = extreme, .presence_penalty = extreme,
+                           .logit_bias = {{1, extreme}, {2, -extreme}}, .seed = 1};
+    Sampler extreme_sampler(options);
+    for (int32_t token = 0; token < 64; ++token) extreme_sampler.accept_generated(token % 8);
+    for (const std::vector<float>& r : rows) {
+      const int32_t token = extreme_sampler.sample(r);
+      ASSERT_TRUE(token >= 0 && token < int32_t(r.size())) << extreme << ": " << token;
+    }
+  }
 }
 
 TEST(Sampler, RejectsBadLogitsAndHistory) {
@@ -417,6 +522,15 @@ TEST(Sampler, RejectsBadLogitsAndHistory) {
   Sampler remembering(options);
   remembering.accept(5);
   expect_error_mentioning([&] { remembering.sample(std::vector<float>{0.0f, 1.0f}); }, "token 5");
+  options = plain(1.0f);
+  options.frequency_penalty = 0.5f;
+  Sampler counting(options);
+  counting.accept_generated(4);
+  expect_error_mentioning([&] { counting.sample(std::vector<float>{0.0f, 1.0f}); }, "token 4");
+  options = plain(1.0f);
+  options.logit_bias = {{9, 1.0f}};
+  Sampler biased(options);
+  expect_error_mentioning([&] { biased.sample(std::vector<float>{0.0f, 1.0f}); }, "logit bias token 9");
 }
 
 // ---- stop strings ----
@@ -487,6 +601,17 @@ TEST(StopStrings, SplitMultibyteCharacter) {
 
 TEST(StopStrings, RejectsAnEmptyStopString) {
   expect_error_mentioning([] { StopStringMatcher matcher({"ok", ""}); }, "stop string 1");
+}
+
+// Generated text is always valid UTF-8 (tokenizer::StreamDecoder), so such a
+// stop string could never match.
+TEST(StopStrings, RejectsInvalidUtf8) {
+  expect_error_mentioning([] { StopStringMatcher matcher({"\xff"}); }, "stop string 0 is not valid UTF-8");
+  expect_error_mentioning([] { check_stop_strings(std::vector<std::string>{"ok", "a\xe3\x80"}); },
+                          "stop string 1 is not valid UTF-8");
+  expect_error_mentioning([] { check_stop_strings(std::vector<std::string>{"\xed\xa0\x80"}); },  // a surrogate
+                          "not valid UTF-8");
+  EXPECT_NO_THROW(check_stop_strings(std::vector<std::string>{"\xe3\x80\x82", "</s>"}));
 }
 
 TEST(StopStrings, RandomStreamsMatchABruteForceReference) {

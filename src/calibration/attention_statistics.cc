@@ -23,6 +23,11 @@ void validate(const StatisticsSettings& settings) {
   if (settings.min_k < 0) fail("calibration min_k must not be negative, got {}", settings.min_k);
 }
 
+int64_t shortest_measured_prompt(const StatisticsSettings& settings) {
+  // The first tile start above top_k, and one token of that tile.
+  return (settings.top_k / settings.tile + 1) * settings.tile + 1;
+}
+
 // The measurements of one tile at one layer, merged serially in tile order so
 // the sums do not depend on the thread schedule.
 struct CalibrationStrategy::TileResult {

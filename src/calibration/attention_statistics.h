@@ -35,6 +35,11 @@ struct StatisticsSettings {
 // Throws Error naming the setting that is out of range.
 void validate(const StatisticsSettings& settings);
 
+// The fewest tokens a prompt needs to measure anything: a tile must start
+// past top_k keys (a shorter prefix is kept whole, so every similarity of
+// every tile would be 1).
+int64_t shortest_measured_prompt(const StatisticsSettings& settings);
+
 // What one prompt contributes to the calibration.
 struct PromptStatistics {
   // min over the prompt's tiles of S_x(a,h'->b,h).

@@ -122,13 +122,26 @@ void run_calibrate(const CalibrateArgs& args) {
 
   const tokenizer::Tokenizer tokenizer(model.file());
   std::vector<std::vector<int32_t>> prompts;
-  int64_t total_tokens = 0;
+  int64_t total_tokens = 0, longest = 0;
+  // A prompt too short to measure would only pull every similarity towards 1.
+  const int64_t shortest = calibration::shortest_measured_prompt(options.statistics);
   for (const calibration::DevDocument& document : documents) {
     std::vector<int32_t> tokens = tokenizer.encode(document.text, /*add_special_tokens=*/true);
     if (int64_t(tokens.size()) > max_tokens) tokens.resize(size_t(max_tokens));
+    longest = std::max(longest, int64_t(tokens.size()));
+    if (int64_t(tokens.size()) < shortest) continue;
     total_tokens += int64_t(tokens.size());
     prompts.push_back(std::move(tokens));
   }
+  if (prompts.empty())
+    fail("every prompt is too short to calibrate on: the longest has {} tokens, and a prompt needs at least {} "
+         "(a --tile {} query tile past --top-k {} keys) for any tile to measure",
+         longest, shortest, args.tile, args.top_k);
+  if (prompts.size() < documents.size())
+    fmt::print(stderr,
+               "kascade: warning: {} of {} prompts have fewer than {} tokens, too few to measure with --tile {} and "
+               "--top-k {}: left out\n",
+               documents.size() - prompts.size(), documents.size(), shortest, args.tile, args.top_k);
 
   if (!args.quiet)
     fmt::print(stderr, "calibrating {} ({}, {} KV heads) on {} prompts, {} tokens\n", config.name,

@@ -29,6 +29,7 @@
 #include "ops/threading.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 namespace kascade::cli {
 namespace {
@@ -52,32 +53,31 @@ struct GenerateArgs {
   bool quiet = false;
 };
 
-// A prompt longer than this many bytes per token of the context cannot fit
-// it (tokens average 3-5 bytes of text; the longest, runs of spaces or
-// dashes, stay well below), so reading stops there: a huge file or an
-// endless stdin is refused after context * 64 bytes, not read and tokenized whole.
-constexpr uint64_t kPromptBytesPerToken = 64;
-
 bool has_prompt_source(const GenerateArgs& args) {
   const int sources = int(!args.prompt.empty()) + int(!args.prompt_file.empty()) + int(args.demo);
   if (sources > 1) fail("give only one of --prompt, --prompt-file and --demo");
   return sources == 1;
 }
 
-// The prompt text from exactly one source: --prompt, --prompt-file, --demo or
-// standard input, at most kPromptBytesPerToken bytes per token of `context`.
-std::string prompt_text(const GenerateArgs& args, int64_t context) {
-  const uint64_t max_bytes = uint64_t(context) * kPromptBytesPerToken;
+// The prompt text from exactly one source: --prompt, --prompt-file (a file,
+// pipe or FIFO), --demo or standard input. No token stands for more bytes
+// than the vocabulary's longest, so a text longer than that times the
+// context cannot fit: reading stops there, and a huge file or an endless
+// pipe is refused, not read and tokenized whole.
+std::string prompt_text(const GenerateArgs& args, int64_t context, const tokenizer::Tokenizer& tokenizer) {
+  const uint64_t bytes_per_token = tokenizer.longest_piece();
+  const uint64_t max_bytes = uint64_t(context) * bytes_per_token;
   const auto too_long = [&](std::string_view source) {
-    fail("{} is longer than {} bytes ({} bytes per token of the {}-token context): it cannot fit", source, max_bytes,
-         kPromptBytesPerToken, context);
+    fail("{} is longer than {} bytes ({} bytes, the vocabulary's longest token, per token of the {}-token "
+         "context): it cannot fit",
+         source, max_bytes, bytes_per_token, context);
   };
   std::optional<std::string> text;
   if (!args.prompt.empty()) {
     text = args.prompt;
     if (text->size() > max_bytes) too_long("the --prompt text");
   } else if (!args.prompt_file.empty()) {
-    text = read_file_up_to(args.prompt_file, "prompt file", max_bytes);
+    text = read_file_up_to(args.prompt_file, "prompt file", max_bytes, InputKinds::kRegularFilesAndPipes);
     if (!text) too_long(fmt::format("prompt file '{}'", args.prompt_file));
   } else if (args.demo) {
     text = demo_prompt();
@@ -109,11 +109,15 @@ void run_generate(const GenerateArgs& args) {
   const model::Config& config = backend->config();
   if (args.context > config.context_length)
     fail("--ctx {} exceeds the model's context of {} tokens", args.context, config.context_length);
-  const std::string text = prompt_text(args, args.context > 0 ? args.context : config.context_length);
+  const std::string text = prompt_text(args, args.context > 0 ? args.context : config.context_length, tokenizer);
 
   std::vector<int32_t> prompt;
   if (args.raw) {
     prompt = tokenizer.encode(text, /*add_special_tokens=*/true, /*parse_special=*/false);
+    // The tokenizer drops bytes its vocabulary has no token for.
+    if (prompt.empty())
+      fail("the prompt ({} byte{}) gives no tokens: the vocabulary has no token for its bytes{}", text.size(),
+           text.size() == 1 ? "" : "s", tokenizer::is_valid_utf8(text) ? "" : " (it is not valid UTF-8)");
   } else {
     const tokenizer::ChatTemplate chat = tokenizer::ChatTemplate::from_jinja(tokenizer.chat_template());
     std::vector<tokenizer::ChatMessage> messages;
@@ -256,6 +260,31 @@ CLI::Validator count_flag(int64_t max) {
       "COUNT");
 }
 
+CLI::Validator seed_flag() {
+  return CLI::Validator(
+      [](std::string& input) -> std::string {
+        uint64_t value = 0;
+        const auto [end, error] = std::from_chars(input.data(), input.data() + input.size(), value);
+        if (error == std::errc::result_out_of_range) return fmt::format("must be at most {}, got {}", UINT64_MAX, input);
+        if (error != std::errc() || end != input.data() + input.size())
+          return fmt::format("expected a whole number >= 0, got '{}'", input);
+        return "";
+      },
+      "SEED");
+}
+
+CLI::Validator seconds_flag(double max) {
+  return CLI::Validator(
+      [max](std::string& input) -> std::string {
+        double value = 0;
+        const auto [end, error] = std::from_chars(input.data(), input.data() + input.size(), value);
+        if (error != std::errc() || end != input.data() + input.size() || !(value >= 0 && value <= max))
+          return fmt::format("expected seconds in [0, {}], got '{}'", max, input);
+        return "";
+      },
+      "SECONDS");
+}
+
 void register_generate(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt, streaming tokens to stdout");
@@ -284,7 +313,13 @@ void register_generate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--repeat-last-n", args->sampling.repetition_window, "Tokens the penalty looks back over")
       ->capture_default_str();
-  cmd->add_option("--seed", args->sampling.seed, "Random seed")->capture_default_str();
+  cmd->add_option("--frequency-penalty", args->sampling.frequency_penalty,
+                  "Lower a token's logit by this per time it was generated (0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--presence-penalty", args->sampling.presence_penalty,
+                  "Lower a token's logit by this once it was generated (0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--seed", args->sampling.seed, "Random seed")->capture_default_str()->check(seed_flag());
   cmd->add_option("--profile", args->profile, "Kascade calibration profile (JSON; default: the shipped one)");
   add_attention_flags(cmd, args->attention);
   cmd->add_flag("-q,--quiet", args->quiet, "No progress bar or summary");

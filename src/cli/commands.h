@@ -28,6 +28,10 @@ inline constexpr int64_t kMaxThreads = 1024;
 // Checks a count flag: a whole number in [0, max] (CLI::NonNegativeNumber
 // would print its bound as a 309-digit number).
 CLI::Validator count_flag(int64_t max);
+// A seed: a whole number in [0, 2^64 - 1]; more is refused, not clamped.
+CLI::Validator seed_flag();
+// A duration: seconds in [0, max]; NaN and infinities are refused.
+CLI::Validator seconds_flag(double max);
 
 // The attention flags of generate and serve (--attention, --budget, --reuse,
 // ...): one per setting of kascade/options.h.

@@ -121,7 +121,7 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--lengths", args->lengths, "Comma-separated prompt lengths in tokens (1k = 1024)")
       ->capture_default_str();
   cmd->add_option("--samples", o.samples, "Samples per task and length")->capture_default_str();
-  cmd->add_option("--seed", o.seed, "Seed of the generated samples")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed of the generated samples")->capture_default_str()->check(seed_flag());
   cmd->add_option("--tasks", args->tasks,
                   fmt::format("Comma-separated tasks (default: all): {}, {}", fmt::join(eval::task_names(), ", "),
                               eval::kPerplexityTask));

@@ -48,6 +48,7 @@ void run_serve(ServeArgs& args) {
   if (args.context > config.context_length)
     fail("--ctx-size {} exceeds the model's context of {} tokens", args.context, config.context_length);
   defaults.context = args.context > 0 ? args.context : config.context_length;
+  defaults.vocab_size = config.vocab_size;
   defaults.attention = args.attention;
   // Kascade's profile, as `generate` resolves it, for every request that asks for kascade.
   defaults.profile = model::resolve_profile(args.profile, args.model, config, backend->file(), args.server.quiet);
@@ -101,7 +102,7 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->add_option("--shutdown-grace", s.shutdown_grace, "Seconds running requests get after SIGTERM")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 86400.0));
+      ->check(seconds_flag(86400));
   cmd->add_flag("-q,--quiet", s.quiet, "No request log");
   cmd->callback([args] { run_serve(*args); });
 #else

@@ -68,7 +68,7 @@ void register_synth(CLI::App& app) {
   cmd->add_option("-o,--out", args->out, "GGUF file to write")->required();
   cmd->add_option("--tokenizer", args->tokenizer, "GGUF whose tokenizer the model gets (vocabulary padded)")
       ->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Seed of the weights")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Seed of the weights")->capture_default_str()->check(seed_flag());
   cmd->add_option("-t,--threads", args->threads, "Threads (0 = all cores)")->capture_default_str()->check(
       count_flag(kMaxThreads));
   cmd->add_flag("-q,--quiet", args->quiet, "No progress bar or summary");

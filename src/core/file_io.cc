@@ -1,6 +1,7 @@
 #include "core/file_io.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,16 +32,27 @@ const char* file_kind(mode_t mode) {
   return "not a plain file";
 }
 
+// Waits until a read of `fd` has data or the end to report; false on an
+// error (errno set). A FIFO opened without blocking reads as ended until a
+// writer has come; poll waits for one, as a blocking open would.
+bool wait_readable(int fd) {
+  pollfd entry{fd, POLLIN, 0};
+  while (::poll(&entry, 1, -1) < 0)
+    if (errno != EINTR) return false;
+  return true;
+}
+
 // Reads until end of file or until more than max_bytes have arrived; false on
 // a read error (errno set).
 bool read_up_to(int fd, uint64_t max_bytes, std::string& out, bool& over) {
   over = false;
   char buffer[1 << 16];
   for (;;) {
+    if (!wait_readable(fd)) return false;
     const uint64_t room = max_bytes - std::min<uint64_t>(max_bytes, out.size()) + 1;
     const ssize_t n = ::read(fd, buffer, size_t(std::min<uint64_t>(sizeof buffer, room)));
     if (n < 0) {
-      if (errno == EINTR) continue;
+      if (errno == EINTR || errno == EAGAIN) continue;
       return false;
     }
     if (n == 0) return true;
@@ -122,7 +134,7 @@ InputFile::~InputFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-InputFile open_input_file(const std::string& path) {
+InputFile open_input_file(const std::string& path, InputKinds kinds) {
   InputFile file;
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
@@ -135,6 +147,9 @@ InputFile open_input_file(const std::string& path) {
     file.error_ = std::strerror(errno);
   } else if (S_ISDIR(status.st_mode)) {
     file.error_ = std::strerror(EISDIR);
+  } else if (S_ISFIFO(status.st_mode) && kinds == InputKinds::kRegularFilesAndPipes) {
+    file.fd_ = fd;
+    return file;
   } else if (!S_ISREG(status.st_mode)) {
     file.error_ = fmt::format("not a regular file ({})", file_kind(status.st_mode));
   } else {
@@ -149,15 +164,16 @@ InputFile open_input_file(const std::string& path) {
   return file;
 }
 
-std::optional<std::string> read_file_up_to(const std::string& path, std::string_view what, uint64_t max_bytes) {
-  const InputFile file = open_input_file(path);
+std::optional<std::string> read_file_up_to(const std::string& path, std::string_view what, uint64_t max_bytes,
+                                           InputKinds kinds) {
+  const InputFile file = open_input_file(path, kinds);
   if (!file.is_open()) fail("cannot read {} '{}': {}", what, path, file.error());
   if (file.size() > max_bytes) return std::nullopt;
   std::string bytes;
   bytes.reserve(size_t(file.size()));
   bool over = false;
   if (!read_up_to(file.fd(), max_bytes, bytes, over)) fail("cannot read {} '{}': {}", what, path, std::strerror(errno));
-  if (over) return std::nullopt;  // it grew while we read
+  if (over) return std::nullopt;  // a pipe held more, or the file grew while we read
   return bytes;
 }
 

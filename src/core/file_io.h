@@ -1,7 +1,9 @@
 // Whole-file input and output with errors that name the file: a missing,
 // unreadable or directory path is a one-line Error. Inputs are opened without
 // blocking and must be regular files (a FIFO would hang the open, /dev/zero
-// would never end). Outputs are checked before any work, written in full to
+// would never end), except where a text is read once, bounded (a prompt):
+// there pipes and FIFOs are read too, as `-f /dev/stdin` and `-f <(cmd)`
+// give them. Outputs are checked before any work, written in full to
 // a temporary and renamed into place, so a failed write (disk full, killed
 // process) never leaves a truncated file where a good one was; OutputSet
 // makes several outputs (files and directories of files) all-or-nothing.
@@ -16,6 +18,10 @@
 
 namespace kascade {
 
+// What an input may be: a regular file (mapped, or read more than once:
+// models, profiles, dev sets), or also a pipe or FIFO (read once, bounded).
+enum class InputKinds { kRegularFiles, kRegularFilesAndPipes };
+
 // A file opened for reading by open_input_file: owns the descriptor.
 class InputFile {
  public:
@@ -28,13 +34,13 @@ class InputFile {
 
   bool is_open() const { return fd_ >= 0; }
   int fd() const { return fd_; }
-  uint64_t size() const { return size_; }  // at the time of the open
+  uint64_t size() const { return size_; }  // at the time of the open; 0 for a pipe
   // Why the open failed: the system's words ("No such file or directory",
   // "Is a directory") or "not a regular file (a FIFO)".
   const std::string& error() const { return error_; }
 
  private:
-  friend InputFile open_input_file(const std::string& path);
+  friend InputFile open_input_file(const std::string& path, InputKinds kinds);
   int fd_ = -1;
   uint64_t size_ = 0;
   std::string error_;
@@ -42,18 +48,22 @@ class InputFile {
 
 // Opens `path` for reading without ever blocking: the open is non-blocking
 // and the file type is checked with fstat before anything is read, so a
-// FIFO, socket, terminal or device is refused instead of waited on. Every
-// reader of a named input (models, prompts, profiles, dev sets, haystacks)
-// goes through here. Check is_open(); error() says why not.
-InputFile open_input_file(const std::string& path);
+// socket, terminal or device (and a pipe or FIFO, unless `kinds` takes them)
+// is refused instead of waited on. A pipe or FIFO stays non-blocking; the
+// reads below wait for its writer. Every reader of a named input (models,
+// prompts, profiles, dev sets, haystacks) goes through here. Check
+// is_open(); error() says why not.
+InputFile open_input_file(const std::string& path, InputKinds kinds = InputKinds::kRegularFiles);
 
 // The file's bytes. `what` names the file in errors, e.g. "prompt file":
 // "cannot read prompt file 'notes': Is a directory".
 std::string read_file(const std::string& path, std::string_view what);
 
 // At most `max_bytes` of the file: nullopt when it holds more (the size is
-// checked before reading, and reading stops at max_bytes + 1). Errors as read_file.
-std::optional<std::string> read_file_up_to(const std::string& path, std::string_view what, uint64_t max_bytes);
+// checked before reading, and reading stops at max_bytes + 1). Errors as
+// read_file. A FIFO with no writer is waited on, as `cat` waits for one.
+std::optional<std::string> read_file_up_to(const std::string& path, std::string_view what, uint64_t max_bytes,
+                                           InputKinds kinds = InputKinds::kRegularFiles);
 
 // At most `max_bytes` read from the open descriptor (a pipe, a terminal):
 // nullopt when there is more, having read only max_bytes + 1. Throws Error

@@ -50,7 +50,7 @@ std::optional<int32_t> TokenStream::next(std::span<const float> logits, const Ba
     finish("eos");
     return std::nullopt;
   }
-  sampler_.accept(token);
+  sampler_.accept_generated(token);
   result_.tokens.push_back(token);
   emit(stops_.push(decoder_.push(token)));
   if (stops_.stopped()) {

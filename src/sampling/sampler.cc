@@ -27,6 +27,11 @@ constexpr float kLargest = std::numeric_limits<float>::max();
 // range: the ranking stays what the arithmetic meant.
 float saturate(float logit) { return std::clamp(logit, -kLargest, kLargest); }
 
+void check_in_vocabulary(int32_t token, size_t vocabulary, const char* what) {
+  if (token < 0 || size_t(token) >= vocabulary)
+    fail("sampling: {} token {} is outside the vocabulary of {} tokens", what, token, vocabulary);
+}
+
 // Tokens are ranked by logit, ties broken towards the lower id, so the kept
 // sets are fully determined.
 // (A lambda rather than a function, so the std algorithms inline it.)
@@ -61,6 +66,14 @@ void validate(const SamplerOptions& options) {
   if (options.repetition_window < 0) {
     fail("sampling: repetition window must be >= 0 tokens, got {}", options.repetition_window);
   }
+  if (!std::isfinite(options.frequency_penalty))
+    fail("sampling: frequency penalty must be finite (0 turns it off), got {}", options.frequency_penalty);
+  if (!std::isfinite(options.presence_penalty))
+    fail("sampling: presence penalty must be finite (0 turns it off), got {}", options.presence_penalty);
+  for (const auto& [token, bias] : options.logit_bias) {
+    if (token < 0) fail("sampling: logit bias token {} is negative", token);
+    if (!std::isfinite(bias)) fail("sampling: the logit bias of token {} must be finite, got {}", token, bias);
+  }
 }
 
 Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(options.seed) {
@@ -69,6 +82,7 @@ Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(option
 
 void Sampler::reset() {
   history_.clear();
+  generated_counts_.clear();
   accepted_ = 0;
   rng_.seed(options_.seed);
 }
@@ -80,8 +94,34 @@ void Sampler::accept(int32_t token) {
   if (history_.size() > size_t(options_.repetition_window)) history_.pop_front();
 }
 
+void Sampler::accept_generated(int32_t token) {
+  accept(token);
+  ++generated_counts_[token];
+}
+
 double Sampler::uniform() {
   return double(rng_() >> 11) * 0x1.0p-53;
+}
+
+void Sampler::apply_logit_bias(std::vector<float>& logits) const {
+  for (const auto& [token, bias] : options_.logit_bias) {
+    check_in_vocabulary(token, logits.size(), "logit bias");
+    float& logit = logits[size_t(token)];
+    if (logit != kMinusInfinity) logit = saturate(logit + bias);  // -inf stays never drawn
+  }
+}
+
+void Sampler::apply_frequency_and_presence_penalties(std::vector<float>& logits) const {
+  if (options_.frequency_penalty == 0.0f && options_.presence_penalty == 0.0f) return;
+  for (const auto& [token, count] : generated_counts_) {
+    check_in_vocabulary(token, logits.size(), "remembered");
+    float& logit = logits[size_t(token)];
+    if (logit == kMinusInfinity) continue;
+    // In double: count * penalty can leave float's range.
+    const double lowered = double(logit) - double(count) * double(options_.frequency_penalty) -
+                           double(options_.presence_penalty);
+    logit = float(std::clamp(lowered, -double(kLargest), double(kLargest)));
+  }
 }
 
 void Sampler::apply_repetition_penalty(std::vector<float>& logits) const {
@@ -91,10 +131,7 @@ void Sampler::apply_repetition_penalty(std::vector<float>& logits) const {
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
   for (int32_t token : distinct) {
-    if (token < 0 || size_t(token) >= logits.size()) {
-      fail("sampling: remembered token {} is outside the vocabulary of {} tokens", token,
-           logits.size());
-    }
+    check_in_vocabulary(token, logits.size(), "remembered");
     float& logit = logits[size_t(token)];
     if (logit == kMinusInfinity) continue;  // stays never drawn
     logit = saturate(logit > 0.0f ? logit / options_.repetition_penalty : logit * options_.repetition_penalty);
@@ -159,7 +196,9 @@ int32_t Sampler::sample(std::span<const float> logits) {
            logits_[i]);
     }
   }
+  apply_logit_bias(logits_);
   apply_repetition_penalty(logits_);
+  apply_frequency_and_presence_penalties(logits_);
 
   // max_element returns the first maximum: greedy ties go to the lower id.
   const auto best = std::max_element(logits_.begin(), logits_.end());

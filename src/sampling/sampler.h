@@ -1,15 +1,18 @@
 // Token sampling: turns one step's logits into the next token id.
-// Pipeline, in the order transformers applies it: repetition penalty, then
-// temperature (0 = greedy argmax), top-k, top-p, min-p, and a draw from what
-// is left: u = (mt19937_64 >> 11) / 2^53, then the inverse CDF over the kept
-// tokens in id order, so one seed gives the same tokens with any standard
-// library. Work is linear in the vocabulary; only candidates are sorted.
+// Pipeline, in llama.cpp's order: logit bias, repetition penalty, frequency
+// and presence penalties, then (as transformers) temperature (0 = greedy
+// argmax), top-k, top-p, min-p, and a draw from what is left:
+// u = (mt19937_64 >> 11) / 2^53, then the inverse CDF over the kept tokens
+// in id order, so one seed gives the same tokens with any standard library.
+// Work is linear in the vocabulary; only candidates are sorted.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <random>
 #include <span>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace kascade::sampling {
@@ -21,6 +24,11 @@ struct SamplerOptions {
   float min_p = 0.05f;               // drop tokens below min_p * p(best); 0 = off
   float repetition_penalty = 1.0f;   // llama.cpp rule: logit > 0 ? l / r : l * r; 1 = off
   int32_t repetition_window = 64;    // the last N accepted tokens are penalised
+  // OpenAI's rule over the tokens generated so far (not the prompt): a token
+  // generated c times has its logit lowered by c * frequency + (c > 0) * presence.
+  float frequency_penalty = 0.0f;    // 0 = off
+  float presence_penalty = 0.0f;     // 0 = off
+  std::vector<std::pair<int32_t, float>> logit_bias = {};  // (token, added to its logit)
   uint64_t seed = 0;
 };
 
@@ -39,9 +47,12 @@ class Sampler {
   // outside the vocabulary. -inf logits are tokens never drawn.
   int32_t sample(std::span<const float> logits);
 
-  // Remembers a token for the repetition penalty. Feed the prompt tokens and
-  // every generated token, as llama.cpp and transformers both do.
+  // Remembers a prompt token for the repetition penalty (llama.cpp and
+  // transformers both penalise the prompt's tokens too).
   void accept(int32_t token);
+  // Remembers a generated token: for the repetition penalty, as accept(), and
+  // for the frequency and presence penalties, which count only these.
+  void accept_generated(int32_t token);
 
   // Forgets the history and restarts the random stream from the seed.
   void reset();
@@ -55,7 +66,9 @@ class Sampler {
     float weight;  // exp(logit), unnormalised probability
   };
 
+  void apply_logit_bias(std::vector<float>& logits) const;
   void apply_repetition_penalty(std::vector<float>& logits) const;
+  void apply_frequency_and_presence_penalties(std::vector<float>& logits) const;
   // Keeps the shortest best-first prefix of candidates_ whose weight reaches
   // `wanted_mass`, leaving the survivors in id order.
   void keep_top_p(double wanted_mass);
@@ -64,6 +77,7 @@ class Sampler {
   SamplerOptions options_;
   std::mt19937_64 rng_;
   std::deque<int32_t> history_;
+  std::unordered_map<int32_t, int64_t> generated_counts_;  // for the frequency and presence penalties
   int64_t accepted_ = 0;  // tokens accepted since the last reset
   std::vector<float> logits_;  // penalised copy of the row
   std::vector<Candidate> candidates_;

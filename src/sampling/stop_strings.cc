@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "tokenizer/unicode.h"
 
 namespace kascade::sampling {
 
@@ -33,11 +34,17 @@ StopScan scan_for_stop_strings(std::string_view text, std::span<const std::strin
   return scan;
 }
 
+void check_stop_strings(std::span<const std::string> stop_strings) {
+  for (size_t i = 0; i < stop_strings.size(); ++i) {
+    if (stop_strings[i].empty()) fail("stop string {} is empty", i);
+    if (!tokenizer::is_valid_utf8(stop_strings[i]))
+      fail("stop string {} is not valid UTF-8: the generated text always is, so it could never match", i);
+  }
+}
+
 StopStringMatcher::StopStringMatcher(std::vector<std::string> stop_strings)
     : stop_strings_(std::move(stop_strings)) {
-  for (size_t i = 0; i < stop_strings_.size(); ++i) {
-    if (stop_strings_[i].empty()) fail("stop string {} is empty", i);
-  }
+  check_stop_strings(stop_strings_);
 }
 
 std::string StopStringMatcher::push(std::string_view piece) {

@@ -20,9 +20,13 @@ struct StopScan {
 };
 StopScan scan_for_stop_strings(std::string_view text, std::span<const std::string> stop_strings);
 
+// Throws kascade::Error naming the first stop string that is empty or not
+// valid UTF-8 (generated text always is, so such a string could never match).
+void check_stop_strings(std::span<const std::string> stop_strings);
+
 class StopStringMatcher {
  public:
-  // Empty stop strings are rejected with kascade::Error.
+  // Stop strings are checked with check_stop_strings.
   explicit StopStringMatcher(std::vector<std::string> stop_strings);
 
   // Adds newly decoded text and returns the part that is now safe to show.

@@ -1,6 +1,7 @@
 #include "server/api.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -8,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "sampling/stop_strings.h"
 
 namespace kascade::server {
 
@@ -92,6 +94,29 @@ std::string text_content(const json& content, const std::string& param) {
   return text;
 }
 
+// "logit_bias": {"token id": bias}, ids written as decimal integers (one
+// spelling per id, so no token is biased twice) below the vocabulary's size.
+std::vector<std::pair<int32_t, float>> logit_bias(const json& bias, int64_t vocab_size) {
+  std::vector<std::pair<int32_t, float>> out;
+  if (bias.is_null()) return out;
+  if (!bias.is_object())
+    bad("logit_bias", fmt::format("'logit_bias' must be an object of token ids to biases, got {}", type_name(bias)));
+  for (const auto& [key, value] : bias.items()) {
+    int64_t token = -1;
+    const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), token);
+    if (error != std::errc() || end != key.data() + key.size() || token < 0 || token >= vocab_size ||
+        key != std::to_string(token))
+      bad("logit_bias", fmt::format("'logit_bias' key '{}' is not a token id in [0, {})", key, vocab_size));
+    if (!value.is_number())
+      bad("logit_bias", fmt::format("'logit_bias' of token {} must be a number, got {}", token, type_name(value)));
+    const double x = value.get<double>();
+    if (!(x >= -100 && x <= 100))
+      bad("logit_bias", fmt::format("'logit_bias' of token {} must be in [-100, 100], got {}", token, x));
+    out.emplace_back(int32_t(token), float(x));
+  }
+  return out;
+}
+
 // The "kascade" object: the per-request attention settings of
 // kascade/options.h, named with '_' for '-' (min_k, sparse_phases).
 void parse_kascade(const json& k, AttentionOptions& a) {
@@ -151,9 +176,10 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiDefa
   if (!model.is_null()) {
     if (!model.is_string()) bad("model", fmt::format("'model' must be a string, got {}", type_name(model)));
     if (model.get<std::string>() != defaults.model_id)
-      bad("model", fmt::format("the model '{}' does not exist (this server runs '{}')", model.get<std::string>(),
-                               defaults.model_id),
-          "model_not_found");
+      throw ApiError(404,
+                     fmt::format("The model '{}' does not exist (this server runs '{}')", model.get<std::string>(),
+                                 defaults.model_id),
+                     "invalid_request_error", "model", "model_not_found");
   }
 
   if (endpoint == Endpoint::Chat) {
@@ -197,6 +223,17 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiDefa
   if (const auto n = integer(doc, "n", 1, 1 << 20); n && *n != 1) bad("n", "only 'n': 1 is supported");
   const json& logprobs = field(doc, "logprobs");
   if (!(logprobs.is_null() || logprobs == false)) bad("logprobs", "'logprobs' is not supported");
+  const json& top_logprobs = field(doc, "top_logprobs");
+  if (!(top_logprobs.is_null() || top_logprobs == 0)) bad("top_logprobs", "'top_logprobs' is not supported");
+  const json& format = field(doc, "response_format");
+  if (!format.is_null()) {
+    const json& type = field(format, "type");
+    if (!format.is_object() || !type.is_string())
+      bad("response_format", "'response_format' must be an object {\"type\": \"text\"}");
+    if (type != "text")
+      bad("response_format",
+          fmt::format("'response_format' type '{}' is not supported (only \"text\")", type.get<std::string>()));
+  }
   const json& tools = field(doc, "tools");
   if (!(tools.is_null() || (tools.is_array() && tools.empty()))) bad("tools", "'tools' are not supported");
 
@@ -210,6 +247,9 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiDefa
   if (const auto m = number(doc, "min_p", 0, 1)) s.min_p = float(*m);
   for (const char* key : {"repeat_penalty", "repetition_penalty"})
     if (const auto r_p = number(doc, key, 0, 100, /*low_open=*/true)) s.repetition_penalty = float(*r_p);
+  if (const auto f = number(doc, "frequency_penalty", -2, 2)) s.frequency_penalty = float(*f);
+  if (const auto p = number(doc, "presence_penalty", -2, 2)) s.presence_penalty = float(*p);
+  s.logit_bias = logit_bias(field(doc, "logit_bias"), defaults.vocab_size);
   const json& seed = field(doc, "seed");
   if (!seed.is_null()) {
     if (!seed.is_number_integer()) bad("seed", fmt::format("'seed' must be an integer, got {}", type_name(seed)));
@@ -228,8 +268,11 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiDefa
   } else if (!stop.is_null()) {
     bad("stop", fmt::format("'stop' must be a string or an array of strings, got {}", type_name(stop)));
   }
-  for (const std::string& s_i : r.generate.stop_strings)
-    if (s_i.empty()) bad("stop", "'stop' strings must not be empty");
+  try {
+    sampling::check_stop_strings(r.generate.stop_strings);
+  } catch (const Error& e) {
+    bad("stop", fmt::format("'stop': {}", e.what()));
+  }
 
   r.generate.ignore_eos = boolean(doc, "ignore_eos").value_or(false);
 
@@ -262,10 +305,11 @@ void fit_context(ApiRequest& request, int64_t prompt_tokens, const ApiDefaults& 
                    "invalid_request_error", where, "context_length_exceeded");
   if (request.max_tokens && *request.max_tokens > context - prompt_tokens)
     throw ApiError(400,
+                   // Unsigned: both are below 2^63, their sum is not.
                    fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens "
                                "({} in the {}, {} in the completion). Please reduce the length of the {} or "
                                "completion.",
-                               context, prompt_tokens + *request.max_tokens, prompt_tokens, where,
+                               context, uint64_t(prompt_tokens) + uint64_t(*request.max_tokens), prompt_tokens, where,
                                *request.max_tokens, where),
                    "invalid_request_error", "max_tokens", "context_length_exceeded");
   request.generate.max_new_tokens = request.max_tokens.value_or(context - prompt_tokens);

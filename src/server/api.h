@@ -7,13 +7,18 @@
 // (chat: role system/user/assistant, content a string or text parts) or
 // prompt (a string or one string in an array), max_tokens (chat also
 // max_completion_tokens), temperature [0, 2], top_p (0, 1], top_k >= 0,
-// min_p [0, 1], repeat_penalty / repetition_penalty > 0, seed, stop (a
-// string or up to 4), n = 1, stream, stream_options.include_usage,
-// ignore_eos (as vLLM's and llama.cpp's servers: generate to max_tokens
-// through end-of-generation tokens), and the extension "kascade": {"attention": NAME, "budget": P, "min_k": K,
+// min_p [0, 1], repeat_penalty / repetition_penalty > 0, frequency_penalty
+// and presence_penalty [-2, 2] (over the generated tokens, as OpenAI),
+// logit_bias ({"token id": bias in [-100, 100]}), seed, stop (a string or up
+// to 4, valid UTF-8), n = 1, response_format {"type": "text"}, stream,
+// stream_options.include_usage, ignore_eos (as vLLM's and llama.cpp's
+// servers: generate to max_tokens through end-of-generation tokens), and the
+// extension "kascade": {"attention": NAME, "budget": P, "min_k": K,
 // "sparse_phases": "both"|"decode"|"prefill", "reuse": BOOL}. Other OpenAI fields are
 // ignored, except those asking for what the server does not do (n > 1,
-// logprobs, echo, best_of > 1, tools, suffix), which are refused.
+// logprobs, top_logprobs, echo, best_of > 1, tools, suffix, a
+// response_format other than text), which are refused. A model other than
+// the server's is a 404 (code model_not_found), as OpenAI answers.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +57,7 @@ struct ApiDefaults {
   AttentionOptions attention;    // --attention and its flags
   std::optional<KascadeProfile> profile;   // applied whenever a request's attention is kascade
   int64_t context = 0;                     // tokens a request may use: prompt + completion
+  int64_t vocab_size = 0;                  // logit_bias keys are token ids below this
 };
 
 struct ApiRequest {
@@ -65,7 +71,8 @@ struct ApiRequest {
   bool include_usage = false;                    // stream_options.include_usage
 };
 
-// Parses and checks a body; throws ApiError (400) naming the parameter.
+// Parses and checks a body; throws ApiError (400, 404 for an unknown model)
+// naming the parameter.
 ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiDefaults& defaults);
 
 // Sets generate.max_new_tokens from max_tokens and the prompt's length, or

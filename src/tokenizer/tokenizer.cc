@@ -294,6 +294,12 @@ size_t Tokenizer::checked(TokenId id) const {
   return static_cast<size_t>(id);
 }
 
+size_t Tokenizer::longest_piece() const {
+  size_t longest = 0;
+  for (const std::string& piece : pieces_) longest = std::max(longest, piece.size());
+  return longest;
+}
+
 bool Tokenizer::is_special(TokenId id) const {
   const TokenType type = types_.at(checked(id));
   return type == TokenType::kControl || type == TokenType::kUnknown || type == TokenType::kUnused;

@@ -84,6 +84,9 @@ class Tokenizer {
   std::optional<TokenId> find_token(std::string_view text) const;
 
   size_t vocab_size() const { return tokens_.size(); }
+  // The most bytes of text one token stands for (the longest piece): a text
+  // longer than n times this needs more than n tokens.
+  size_t longest_piece() const;
   TokenizerModel model() const { return model_; }
   TokenId bos_id() const { return bos_id_; }
   TokenId eos_id() const { return eos_id_; }

@@ -3,6 +3,8 @@
 // becomes the scheduler's options; responses and chunks have OpenAI's shape.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "server/api.h"
 
 namespace kascade::server {
@@ -14,6 +16,7 @@ ApiDefaults defaults() {
   ApiDefaults d;
   d.model_id = "test-model";
   d.context = 100;
+  d.vocab_size = 1000;
   d.attention.method = Method::Dense;
   return d;
 }
@@ -114,8 +117,6 @@ TEST(ServerApi, BadInputIs400NamingTheParameter) {
       {Endpoint::Chat, R"({"messages": [{"role": "user"}]})", "messages[0].content"},
       {Endpoint::Chat, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
        "messages[0].content"},
-      {Endpoint::Chat, R"({"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]})", "model",
-       "model_not_found"},
       {Endpoint::Chat, R"({"model": 3, "messages": [{"role": "user", "content": "x"}]})", "model"},
       {Endpoint::Completion, R"({"prompt": 5})", "prompt"},
       {Endpoint::Completion, R"({"prompt": ["a", "b"]})", "prompt"},
@@ -142,6 +143,30 @@ TEST(ServerApi, BadInputIs400NamingTheParameter) {
       {Endpoint::Completion, R"({"prompt": "x", "logprobs": 3})", "logprobs"},
       {Endpoint::Completion, R"({"prompt": "x", "echo": true})", "echo"},
       {Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{}]})", "tools"},
+      {Endpoint::Completion, std::string(R"({"prompt": "x", "stop": ")") + "\xff\"}", ""},  // JSON must be UTF-8
+      {Endpoint::Completion, R"({"prompt": "x", "stop": "\udcff"})", ""},  // so a stop string can always match
+      {Endpoint::Completion, R"({"prompt": "x", "top_logprobs": 2})", "top_logprobs"},
+      {Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 5, "logprobs": false})",
+       "top_logprobs"},
+      {Endpoint::Completion, R"({"prompt": "x", "response_format": {"type": "json_object"}})", "response_format"},
+      {Endpoint::Chat,
+       R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
+           "json_schema": {"name": "x", "schema": {}}}})",
+       "response_format"},
+      {Endpoint::Completion, R"({"prompt": "x", "response_format": "text"})", "response_format"},
+      {Endpoint::Completion, R"({"prompt": "x", "response_format": {}})", "response_format"},
+      {Endpoint::Completion, R"({"prompt": "x", "frequency_penalty": 2.5})", "frequency_penalty"},
+      {Endpoint::Completion, R"({"prompt": "x", "frequency_penalty": "high"})", "frequency_penalty"},
+      {Endpoint::Completion, R"({"prompt": "x", "presence_penalty": -2.01})", "presence_penalty"},
+      {Endpoint::Completion, R"({"prompt": "x", "presence_penalty": true})", "presence_penalty"},
+      {Endpoint::Completion, R"({"prompt": "x", "logit_bias": [1, 2]})", "logit_bias"},
+      {Endpoint::Completion, R"({"prompt": "x", "logit_bias": {"abc": 1}})", "logit_bias"},
+      {Endpoint::Completion, R"({"prompt": "x", "logit_bias": {"-1": 1}})", "logit_bias"},
+      {Endpoint::Completion, R"({"prompt": "x", "logit_bias": {"1000": 1}})", "logit_bias"},
+      {Endpoint::Completion, R"({"prompt": "x", "logit_bias": {"007": 1}})", "logit_bias"},
+      {Endpoint::Completion, R"({"prompt": "x", "logit_bias": {"99999999999999999999": 1}})", "logit_bias"},
+      {Endpoint::Completion, R"({"prompt": "x", "logit_bias": {"5": 100.5}})", "logit_bias"},
+      {Endpoint::Completion, R"({"prompt": "x", "logit_bias": {"5": "ban"}})", "logit_bias"},
       {Endpoint::Completion, R"({"prompt": "x", "kascade": "fast"})", "kascade"},
       {Endpoint::Completion, R"({"prompt": "x", "kascade": {"attention": "magic"}})", "kascade.attention"},
       {Endpoint::Completion, R"({"prompt": "x", "kascade": {"budget": 0}})", "kascade.budget"},
@@ -158,6 +183,45 @@ TEST(ServerApi, BadInputIs400NamingTheParameter) {
       EXPECT_EQ(e.code, c.code) << c.body;
     }
     EXPECT_FALSE(std::string(e.what()).empty());
+  }
+}
+
+TEST(ServerApi, UnknownModelIs404) {
+  const ApiError e = error_of(Endpoint::Chat, R"({"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]})");
+  EXPECT_EQ(e.status, 404);
+  EXPECT_EQ(e.param, "model");
+  EXPECT_EQ(e.code, "model_not_found");
+  EXPECT_EQ(e.type, "invalid_request_error");
+  EXPECT_NE(std::string(e.what()).find("'gpt-4' does not exist"), std::string::npos) << e.what();
+}
+
+TEST(ServerApi, PenaltiesAndLogitBiasReachTheSampler) {
+  const ApiRequest r = completion(R"({"prompt": "x", "frequency_penalty": 0.5, "presence_penalty": -1.25,
+      "logit_bias": {"0": -100, "999": 100, "42": 2.5}, "response_format": {"type": "text"}, "top_logprobs": 0})");
+  EXPECT_FLOAT_EQ(r.generate.sampling.frequency_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.generate.sampling.presence_penalty, -1.25f);
+  std::vector<std::pair<int32_t, float>> bias = r.generate.sampling.logit_bias;
+  std::sort(bias.begin(), bias.end());
+  EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{0, -100.0f}, {42, 2.5f}, {999, 100.0f}}));
+  // Unset: off.
+  const ApiRequest plain = completion(R"({"prompt": "x", "logit_bias": null, "response_format": null})");
+  EXPECT_EQ(plain.generate.sampling.frequency_penalty, 0.0f);
+  EXPECT_EQ(plain.generate.sampling.presence_penalty, 0.0f);
+  EXPECT_TRUE(plain.generate.sampling.logit_bias.empty());
+  // The edges of OpenAI's ranges are accepted.
+  EXPECT_FLOAT_EQ(completion(R"({"prompt": "x", "frequency_penalty": -2})").generate.sampling.frequency_penalty, -2);
+  EXPECT_FLOAT_EQ(completion(R"({"prompt": "x", "presence_penalty": 2})").generate.sampling.presence_penalty, 2);
+}
+
+TEST(ServerApi, BadValuesNameTheFieldInTheMessage) {
+  for (const std::string field : {"frequency_penalty", "presence_penalty", "logit_bias", "top_logprobs",
+                                  "response_format"}) {
+    const std::string value = field == "logit_bias" ? R"({"1": 200})"
+                              : field == "response_format" ? R"({"type": "json_object"})"
+                                                           : "3";
+    const ApiError e = error_of(Endpoint::Completion, R"({"prompt": "x", ")" + field + "\": " + value + "}");
+    EXPECT_EQ(e.status, 400) << field;
+    EXPECT_NE(std::string(e.what()).find("'" + field + "'"), std::string::npos) << e.what();
   }
 }
 
@@ -194,6 +258,18 @@ TEST(ServerApi, ContextLimits) {
     EXPECT_EQ(e.status, 400);
     EXPECT_EQ(e.code, "context_length_exceeded");
     EXPECT_EQ(e.param, "max_tokens");
+  }
+  // The largest max_tokens: the sum in the message must not wrap negative.
+  ApiRequest huge = completion(R"({"prompt": "x", "max_tokens": 9223372036854775807})");
+  try {
+    fit_context(huge, 50, defaults());
+    FAIL() << "no error";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param, "max_tokens");
+    EXPECT_NE(std::string(e.what()).find("you requested 9223372036854775857 tokens (50 in the prompt, "
+                                         "9223372036854775807 in the completion)"),
+              std::string::npos)
+        << e.what();
   }
   ApiRequest prompt_too_long = completion(R"({"prompt": "x"})");
   try {

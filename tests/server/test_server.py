@@ -317,7 +317,11 @@ def error_of(server, path, body, headers=None):
     ({"messages": "hi"}, "messages"),
     ({"messages": [{"role": "user", "content": "x"}], "max_tokens": "ten"}, "max_tokens"),
     ({"messages": [{"role": "user", "content": "x"}], "temperature": [1]}, "temperature"),
-    ({"messages": [{"role": "user", "content": "x"}], "model": "gpt-4"}, "model"),
+    ({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
+     "response_format"),
+    ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, "top_logprobs"),
+    ({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 3}, "frequency_penalty"),
+    ({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"49152": 1}}, "logit_bias"),
     ({"messages": [{"role": "user", "content": "x"}], "n": 3}, "n"),
     ({"messages": [{"role": "user", "content": "x"}], "ignore_eos": "yes"}, "ignore_eos"),
     ({"messages": [{"role": "user", "content": "x"}], "kascade": {"attention": "nope"}}, "kascade.attention"),
@@ -336,9 +340,31 @@ def test_context_errors_through_the_client(server):
     with pytest.raises(openai.BadRequestError) as over:
         client.completions.create(model=MODEL_ID, prompt="Hello", max_tokens=2000)
     assert over.value.code == "context_length_exceeded"
-    with pytest.raises(openai.BadRequestError) as unknown:
+    with pytest.raises(openai.NotFoundError) as unknown:
         client.completions.create(model="no-such-model", prompt="Hello", max_tokens=2)
     assert unknown.value.code == "model_not_found"
+
+
+def test_unknown_model_is_404(server):
+    status, error, _ = error_of(server, "/v1/chat/completions",
+                                {"messages": [{"role": "user", "content": "x"}], "model": "gpt-4"},
+                                {"Content-Type": "application/json"})
+    assert status == 404
+    assert error["param"] == "model" and error["code"] == "model_not_found"
+
+
+def test_logit_bias_and_penalties_reach_the_sampler(server):
+    client = server.client()
+    # Token 28 is "," in SmolLM2's vocabulary: a bias of 100 makes greedy decoding repeat it.
+    forced = client.completions.create(model=MODEL_ID, prompt="Once upon a time", max_tokens=4, temperature=0,
+                                       logit_bias={"28": 100})
+    assert forced.choices[0].text == ",,,,"
+    # Penalties change what greedy decoding repeats.
+    repeated = client.completions.create(model=MODEL_ID, prompt="Write the word apple twenty times.",
+                                         max_tokens=16, temperature=0)
+    penalised = client.completions.create(model=MODEL_ID, prompt="Write the word apple twenty times.",
+                                          max_tokens=16, temperature=0, presence_penalty=2, frequency_penalty=2)
+    assert repeated.choices[0].text != penalised.choices[0].text
 
 
 def test_large_body_is_413(server):
