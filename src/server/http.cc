@@ -198,9 +198,13 @@ int HttpServer::bind(const std::string& host, int port) {
   if (port == 0) {
     const int chosen = bind_to_any_port(host);
     if (chosen < 0) fail("cannot bind {}: no free port", host);
+    longer_backlog();
     return chosen;
   }
-  if (bind_to_port(host, port)) return port;
+  if (bind_to_port(host, port)) {
+    longer_backlog();
+    return port;
+  }
   // httplib does not say why; the same bind here does.
   addrinfo hints{}, *found = nullptr;
   hints.ai_family = AF_UNSPEC;
@@ -220,6 +224,13 @@ int HttpServer::bind(const std::string& host, int port) {
   }
   if (error == EADDRINUSE) fail("port {} is in use", port);
   fail("cannot bind {}:{}: {}", host, port, error ? std::strerror(error) : "not an address of this machine");
+}
+
+void HttpServer::longer_backlog() {
+  // httplib listens with a backlog of 5: in a burst of connections the
+  // kernel drops SYNs, and clients wait a second or more to retry. Linux
+  // takes a second listen() as a new backlog.
+  ::listen(svr_sock_, SOMAXCONN);
 }
 
 void HttpServer::serve() {

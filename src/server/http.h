@@ -68,6 +68,7 @@ class HttpServer : public httplib::Server {
   class ConnectionStream;
   enum class Head { Complete, Partial, Closed, TooLarge };
 
+  void longer_backlog();
   bool process_and_close_socket(socket_t sock) override;  // httplib's per-connection entry point
   static bool has_head(const Connection& c);
   static Head read_head(Connection& c, size_t max_bytes);
