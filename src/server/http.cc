@@ -353,6 +353,19 @@ void HttpServer::close(std::unique_ptr<Connection> c) {
   if (--it->second == 0) per_client_.erase(it);
 }
 
+void HttpServer::linger(Connection& c) {
+  // Closing with unread bytes makes the kernel send a reset, which can
+  // destroy the response before the client reads it: end the writing side
+  // and discard what the client still sends, for a moment.
+  shutdown(c.fd, SHUT_WR);
+  const Clock::time_point deadline = after(2);
+  char discard[16384];
+  while (ready(c.fd, POLLIN, deadline)) {
+    const ssize_t n = recv(c.fd, discard, sizeof discard, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) break;
+  }
+}
+
 void HttpServer::watch_heads() {
   std::vector<std::unique_ptr<Connection>> waiting, still;
   std::vector<pollfd> polled;
@@ -421,10 +434,12 @@ void HttpServer::work() {
       std::lock_guard lock(mutex_);
       active_.erase(c->fd);
     }
-    if (keep)
+    if (keep) {
       wait(std::move(c));
-    else
-      close(std::move(c));
+      continue;
+    }
+    if (c->close) linger(*c);
+    close(std::move(c));
   }
 }
 

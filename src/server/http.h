@@ -74,6 +74,7 @@ class HttpServer : public httplib::Server {
   static Head read_head(Connection& c, size_t max_bytes);
   // Runs the requests whose heads are buffered; false when the connection ends.
   bool run_requests(Connection& c);
+  static void linger(Connection& c);  // before closing a connection whose body was left unread
   void wait(std::unique_ptr<Connection> c);  // back to the head watcher
   void close(std::unique_ptr<Connection> c);
   void watch_heads();

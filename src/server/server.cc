@@ -244,10 +244,10 @@ class Server::Impl {
     http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics(), "text/plain; version=0.0.4");
     });
-    for (const auto& [path, endpoint] : {std::pair{"/v1/chat/completions", Endpoint::Chat},
-                                         {"/v1/completions", Endpoint::Completion}})
-      http_.Post(path, [this, endpoint](const httplib::Request& req, httplib::Response& res,
-                                        const httplib::ContentReader& reader) {
+    for (const auto& route : {std::pair{"/v1/chat/completions", Endpoint::Chat},
+                              {"/v1/completions", Endpoint::Completion}})
+      http_.Post(route.first, [this, endpoint = route.second](const httplib::Request&, httplib::Response& res,
+                                                              const httplib::ContentReader& reader) {
         std::string body;
         if (read_body(reader, res, body)) completion(endpoint, body, res);
       });
