@@ -35,6 +35,7 @@ struct ServeArgs {
 
 #ifdef KASCADE_HAVE_SERVER
 void run_serve(ServeArgs& args) {
+  server::check_options(args.server);  // before the model loads
   server::install_stop_signal_handlers();  // a SIGTERM while the model loads then stops the server cleanly
   if (args.server.api_key.empty())
     if (const char* key = std::getenv("KASCADE_API_KEY")) args.server.api_key = key;
@@ -88,11 +89,16 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", s.port, "Port (0 = any free one, printed at start)")->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  cmd->add_option("--parallel", s.parallel, "Requests running at once (continuous batching)")
+  cmd->add_option("--parallel", s.parallel, fmt::format("Requests running at once (continuous batching); with --max-queue at most {}",
+                              server::kMaxHttpWorkers - server::kSpareHttpWorkers))
       ->capture_default_str()
       ->check(CLI::Range(int64_t(1), int64_t(4096)));
   cmd->add_option("--max-queue", s.max_queue, "Requests waiting beyond them; more get 503")->capture_default_str()
       ->check(CLI::Range(int64_t(0), int64_t(65536)));
+  cmd->add_option("--max-client-connections", s.max_client_connections,
+                  "Open connections one client address may hold; more get 503")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->add_option("--api-key", s.api_key, "Require 'Authorization: Bearer KEY' (default: $KASCADE_API_KEY)");
   cmd->add_option("--max-body", s.max_body_bytes, "Largest request body in bytes; larger get 413")
       ->capture_default_str()

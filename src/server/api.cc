@@ -165,6 +165,8 @@ json error_body(const ApiError& error) {
             {"code", error.code.empty() ? json(nullptr) : json(error.code)}}}};
 }
 
+std::string dump(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiDefaults& defaults) {
   const json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) bad("", "the request body is not valid JSON");

@@ -49,6 +49,11 @@ struct ApiError : std::runtime_error {
 
 nlohmann::json error_body(const ApiError& error);
 
+// JSON text for a response. Strings that are not valid UTF-8 (a request path
+// "%ff", a prompt's bytes echoed in an error) get U+FFFD for their bad bytes
+// instead of making nlohmann::json throw.
+std::string dump(const nlohmann::json& value);
+
 enum class Endpoint { Chat, Completion };
 
 // What the command line decided for every request.

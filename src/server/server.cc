@@ -19,12 +19,14 @@
 #include <random>
 #include <thread>
 
+#include <sys/resource.h>
+
 #include <fmt/format.h>
-#include <httplib.h>
 
 #include "core/error.h"
 #include "core/memory.h"
 #include "engine/scheduler.h"
+#include "server/http.h"
 #include "tokenizer/chat_template.h"
 
 namespace kascade::server {
@@ -51,7 +53,7 @@ struct Channel {
   engine::GenerationResult result;
 };
 
-std::string sse(const json& event) { return "data: " + event.dump() + "\n\n"; }
+std::string sse(const json& event) { return "data: " + dump(event) + "\n\n"; }
 
 bool same_key(std::string_view a, std::string_view b) {  // constant time in the key's contents
   unsigned diff = a.size() != b.size();
@@ -61,20 +63,65 @@ bool same_key(std::string_view a, std::string_view b) {  // constant time in the
 
 void send_error(httplib::Response& res, const ApiError& error) {
   res.status = error.status;
-  res.set_content(error_body(error).dump(), "application/json");
+  res.set_content(dump(error_body(error)), "application/json");
 }
 
-class Server {
+// The routes /metrics counts by name; any other path counts as "other", so
+// that clients cannot add series or write into the text.
+const char* route_label(const std::string& path) {
+  for (const char* route : {"/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions"})
+    if (path == route) return route;
+  return "other";
+}
+
+// A label value in Prometheus' text format: backslash, quote and newline escaped.
+std::string label_value(std::string_view value) {
+  std::string out;
+  for (const char c : value) {
+    if (c == '\\' || c == '"') out += '\\';
+    out += c == '\n' ? std::string("\\n") : std::string(1, c);
+  }
+  return out;
+}
+
+// A path for the request log: control bytes as \xNN, so that one request is one line.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    if (uint8_t(c) < 0x20 || c == 0x7f)
+      out += fmt::format("\\x{:02x}", uint8_t(c));
+    else
+      out += c;
+  }
+  return out;
+}
+
+HttpLimits http_limits(const ServerOptions& options) {
+  HttpLimits limits;
+  limits.workers = size_t(options.parallel + options.max_queue + kSpareHttpWorkers);
+  limits.max_client_connections = size_t(options.max_client_connections);
+  // Each connection is a descriptor; keep some for the model, logs and accept().
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY)
+    limits.max_connections = std::clamp<size_t>(size_t(files.rlim_cur) - std::min<size_t>(files.rlim_cur, 64), 16,
+                                                limits.max_connections);
+  return limits;
+}
+
+}  // namespace
+
+class Server::Impl {
  public:
-  Server(engine::Backend& backend, const tokenizer::Tokenizer& tokenizer, const ApiDefaults& defaults,
-         const ServerOptions& options)
+  Impl(engine::Backend& backend, const tokenizer::Tokenizer& tokenizer, const ApiDefaults& defaults,
+       const ServerOptions& options)
       : backend_(backend),
         tokenizer_(tokenizer),
         defaults_(defaults),
         options_(options),
         scheduler_(backend, tokenizer,
                    {.max_running = options.parallel, .max_queued = options.max_queue,
-                    .prefill_chunk = options.prefill_chunk}) {
+                    .prefill_chunk = options.prefill_chunk}),
+        http_(http_limits(options)) {
     try {
       chat_.emplace(tokenizer::ChatTemplate::from_jinja(tokenizer.chat_template()));
     } catch (const Error&) {
@@ -86,20 +133,14 @@ class Server {
   }
 
   void serve() {
-    int port = options_.port;
-    if (port == 0) {
-      port = http_.bind_to_any_port(options_.host);
-      if (port < 0) fail("cannot bind {}: no free port", options_.host);
-    } else if (!http_.bind_to_port(options_.host, port)) {
-      fail("cannot bind {}:{} (in use, or not an address of this machine)", options_.host, port);
-    }
+    const int port = http_.bind(options_.host, options_.port);
     scheduler_.start();
     std::thread signals([this] { wait_for_signal(); });
     fmt::print(stderr, "kascade serve: {} on {}, listening on http://{}:{} ({} parallel, {} queued, context {})\n",
                defaults_.model_id, backend_.device_name(), options_.host, port, options_.parallel,
                options_.max_queue, defaults_.context);
     std::fflush(stderr);
-    http_.listen_after_bind();
+    http_.serve();
     signals.join();
     scheduler_.stop(true);
     fmt::print(stderr, "kascade serve: stopped\n");
@@ -129,16 +170,19 @@ class Server {
       fmt::print(stderr, "kascade serve: cancelling {} requests\n", s.running + s.queued);
     scheduler_.stop(true);
     for (int i = 0; i < 250 && in_flight_ > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    http_.stop();  // listen_after_bind returns when every handler has
+    http_.stop();  // serve() returns when every handler has
   }
 
+ public:
+  std::string respond(std::string_view request) {
+    std::call_once(scheduler_started_, [this] { scheduler_.start(); });
+    return http_.respond(request);
+  }
+
+ private:
+
   void routes() {
-    const int64_t threads = options_.parallel + options_.max_queue + 8;
-    http_.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-    http_.set_payload_max_length(options_.max_body_bytes);
-    http_.set_keep_alive_max_count(1000);
-    http_.set_read_timeout(30, 0);
-    http_.set_write_timeout(30, 0);
+    http_.set_payload_max_length(options_.max_body_bytes);  // a Content-Length over it: 413 before the body
 
     http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
@@ -148,6 +192,7 @@ class Server {
       send_error(res, ApiError(401, header.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
                                                    : "incorrect API key",
                                "invalid_request_error", {}, "invalid_api_key"));
+      close_unread(res);  // the body was not read
       return httplib::Server::HandlerResponse::Handled;
     });
     // Errors httplib answers itself (404, 413, ...) get an OpenAI error body.
@@ -174,10 +219,10 @@ class Server {
     http_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
       {
         std::lock_guard lock(http_mutex_);
-        ++http_counts_[{req.path, res.status}];
+        ++http_counts_[{route_label(req.path), res.status}];
       }
       if (!options_.quiet && req.path != "/health" && req.path != "/metrics")
-        fmt::print(stderr, "{} {} {}\n", req.method, req.path, res.status);
+        fmt::print(stderr, "{} {} {}\n", printable(req.method), printable(req.path), res.status);
     });
 
     http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -194,17 +239,45 @@ class Server {
                           {"created", started_},
                           {"owned_by", "kascade"},
                           {"context_length", defaults_.context}};
-      res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
+      res.set_content(dump(json{{"object", "list"}, {"data", json::array({model})}}), "application/json");
     });
     http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics(), "text/plain; version=0.0.4");
     });
-    http_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      completion(Endpoint::Chat, req, res);
+    for (const auto& route : {std::pair{"/v1/chat/completions", Endpoint::Chat},
+                              {"/v1/completions", Endpoint::Completion}})
+      http_.Post(route.first, [this, endpoint = route.second](const httplib::Request&, httplib::Response& res,
+                                                              const httplib::ContentReader& reader) {
+        std::string body;
+        if (read_body(reader, res, body)) completion(endpoint, body, res);
+      });
+  }
+
+  static void close_unread(httplib::Response& res) {
+    res.set_header("Connection", "close");
+    HttpServer::close_after_response();
+  }
+
+  // The body, up to --max-body bytes whatever its framing (a Content-Length,
+  // chunks, compression); else answers 413 or 400 and returns false.
+  bool read_body(const httplib::ContentReader& reader, httplib::Response& res, std::string& body) const {
+    bool too_large = false;
+    const bool read = reader([&](const char* data, size_t size) {
+      if (body.size() + size > options_.max_body_bytes) {
+        too_large = true;
+        return false;
+      }
+      body.append(data, size);
+      return true;
     });
-    http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      completion(Endpoint::Completion, req, res);
-    });
+    if (read) return true;
+    close_unread(res);
+    if (too_large || res.status == 413)
+      send_error(res, ApiError(413, fmt::format("the request body is larger than {} bytes", options_.max_body_bytes),
+                               "invalid_request_error", {}, "payload_too_large"));
+    else
+      send_error(res, ApiError(400, "the request body could not be read"));
+    return false;
   }
 
   std::vector<int32_t> tokenize(const ApiRequest& r) const {
@@ -220,9 +293,9 @@ class Server {
     }
   }
 
-  void completion(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+  void completion(Endpoint endpoint, const std::string& body, httplib::Response& res) {
     try {
-      ApiRequest r = parse_request(endpoint, req.body, defaults_);
+      ApiRequest r = parse_request(endpoint, body, defaults_);
       std::vector<int32_t> prompt = tokenize(r);
       fit_context(r, int64_t(prompt.size()), defaults_);
       try {
@@ -277,7 +350,7 @@ class Server {
         if (result.stop_reason == "error") throw ApiError(500, result.error, "server_error");
         if (result.stop_reason == "cancelled")
           throw ApiError(503, "the request was cancelled: the server is shutting down", "server_error");
-        res.set_content(completion_response(r, id, created, model, result).dump(), "application/json");
+        res.set_content(dump(completion_response(r, id, created, model, result)), "application/json");
         return;
       }
 
@@ -360,8 +433,8 @@ class Server {
     {
       std::lock_guard lock(http_mutex_);
       for (const auto& [key, value] : http_counts_)
-        out += fmt::format("kascade_http_requests_total{{path=\"{}\",status=\"{}\"}} {}\n",
-                           key.first.size() > 64 ? "other" : key.first, key.second, value);
+        out += fmt::format("kascade_http_requests_total{{path=\"{}\",status=\"{}\"}} {}\n", label_value(key.first),
+                           key.second, value);
     }
     metric("kascade_queue_depth", "gauge", "Requests waiting to be admitted.", s.queued);
     metric("kascade_running_requests", "gauge", "Requests prefilling or decoding.", s.running);
@@ -387,7 +460,8 @@ class Server {
   ApiDefaults defaults_;
   ServerOptions options_;
   engine::Scheduler scheduler_;
-  httplib::Server http_;
+  std::once_flag scheduler_started_;
+  HttpServer http_;
   std::optional<tokenizer::ChatTemplate> chat_;
   std::string id_prefix_;
   std::atomic<uint64_t> next_id_{1};
@@ -395,10 +469,32 @@ class Server {
   std::atomic<int64_t> in_flight_{0};  // queued requests whose handler has not answered
   int64_t started_ = int64_t(std::time(nullptr));
   std::mutex http_mutex_;
-  std::map<std::pair<std::string, int>, uint64_t> http_counts_;
+  std::map<std::pair<std::string, int>, uint64_t> http_counts_;  // by route_label and status
 };
 
-}  // namespace
+void check_options(const ServerOptions& o) {
+  if (o.parallel < 1) fail("--parallel must be at least 1, got {}", o.parallel);
+  if (o.max_queue < 0) fail("--max-queue must be at least 0, got {}", o.max_queue);
+  if (o.parallel + o.max_queue + kSpareHttpWorkers > kMaxHttpWorkers)
+    fail("--parallel {} with --max-queue {} needs {} HTTP threads (a waiting request holds one); at most {}: "
+         "lower them so that they add up to at most {}",
+         o.parallel, o.max_queue, o.parallel + o.max_queue + kSpareHttpWorkers, kMaxHttpWorkers,
+         kMaxHttpWorkers - kSpareHttpWorkers);
+  if (o.max_client_connections < 1) fail("--max-client-connections must be at least 1, got {}", o.max_client_connections);
+}
+
+Server::Server(engine::Backend& backend, const tokenizer::Tokenizer& tokenizer, const ApiDefaults& defaults,
+               const ServerOptions& options)
+{
+  check_options(options);
+  impl_ = std::make_unique<Impl>(backend, tokenizer, defaults, options);
+}
+
+Server::~Server() = default;
+
+void Server::serve() { impl_->serve(); }
+
+std::string Server::respond(std::string_view request) { return impl_->respond(request); }
 
 void install_stop_signal_handlers() {
   if (stop_pipe[0] >= 0) return;
@@ -415,8 +511,7 @@ void install_stop_signal_handlers() {
 void run(engine::Backend& backend, const tokenizer::Tokenizer& tokenizer, const ApiDefaults& defaults,
          const ServerOptions& options) {
   install_stop_signal_handlers();
-  Server server(backend, tokenizer, defaults, options);
-  server.serve();
+  Server(backend, tokenizer, defaults, options).serve();
 }
 
 }  // namespace kascade::server

@@ -1,11 +1,20 @@
 // The server's request parsing and validation (server/api.h): every bad
 // input is a 400 with an OpenAI error body naming the parameter; good input
 // becomes the scheduler's options; responses and chunks have OpenAI's shape.
+// Then the HTTP side (server/server.h, server/http.h) on a tiny synthetic
+// model through Server::respond: hostile paths, bodies and heads get an
+// answer and the server goes on (issue 31).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <regex>
 
+#include "core/error.h"
 #include "server/api.h"
+#include "server/server.h"
+#include "tokenizer/tokenizer.h"
+
+#include "tiny_model.h"
 
 namespace kascade::server {
 namespace {
@@ -312,6 +321,167 @@ TEST(ServerApi, ResponsesAndChunks) {
   const json usage = usage_chunk(t, "cmpl-1", 7, "m", result);
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"]["completion_tokens"], 3);
+}
+
+TEST(ServerApi, DumpReplacesInvalidUtf8) {
+  const std::string text = dump(error_body(ApiError(404, "no route GET /\xff\xfe")));
+  EXPECT_NE(text.find("/\xef\xbf\xbd\xef\xbf\xbd"), std::string::npos) << text;
+  EXPECT_FALSE(json::parse(text, nullptr, false).is_discarded());
+}
+
+TEST(ServerLimits, SettingsBeyondTheMachineAreRefused) {
+  ServerOptions o;
+  EXPECT_NO_THROW(check_options(o));
+  o.parallel = 4096;
+  o.max_queue = 65536;
+  try {
+    check_options(o);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--parallel 4096 with --max-queue 65536"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+  }
+  o.parallel = 8;
+  o.max_queue = kMaxHttpWorkers - kSpareHttpWorkers - 8;
+  EXPECT_NO_THROW(check_options(o));
+  ++o.max_queue;
+  EXPECT_THROW(check_options(o), Error);
+}
+
+// Server::respond on the tiny model of tiny_model.h.
+class ServerHttp : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    backend_ = test_server::tiny_chat_backend().release();
+    tokenizer_ = new tokenizer::Tokenizer(backend_->file());
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    delete backend_;
+  }
+
+  static std::unique_ptr<Server> server(ServerOptions options = {}) {
+    ApiDefaults d;
+    d.model_id = "tiny";
+    d.context = 64;
+    d.attention.method = Method::Dense;
+    options.quiet = true;
+    options.parallel = 2;
+    options.max_queue = 2;
+    backend_->limit_kv_tokens(INT64_MAX);
+    return std::make_unique<Server>(*backend_, *tokenizer_, d, options);
+  }
+
+  static engine::Backend* backend_;
+  static tokenizer::Tokenizer* tokenizer_;
+};
+engine::Backend* ServerHttp::backend_ = nullptr;
+tokenizer::Tokenizer* ServerHttp::tokenizer_ = nullptr;
+
+// The status of each response in `bytes`, in order.
+std::vector<int> statuses(const std::string& bytes) {
+  std::vector<int> out;
+  static const std::regex status_line("HTTP/1\\.1 (\\d{3}) ");
+  for (auto it = std::sregex_iterator(bytes.begin(), bytes.end(), status_line); it != std::sregex_iterator(); ++it)
+    out.push_back(std::stoi((*it)[1]));
+  return out;
+}
+
+std::string body_of(const std::string& response) { return response.substr(response.find("\r\n\r\n") + 4); }
+
+std::string post(const std::string& path, const std::string& body, const std::string& headers = {}) {
+  return fmt::format("POST {} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}\r\n{}",
+                     path, body.size(), headers, body);
+}
+
+std::string chunked(const std::string& path, const std::string& body, size_t chunk) {
+  std::string out = fmt::format("POST {} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", path);
+  for (size_t at = 0; at < body.size(); at += chunk) {
+    const std::string_view piece = std::string_view(body).substr(at, chunk);
+    out += fmt::format("{:x}\r\n{}\r\n", piece.size(), piece);
+  }
+  return out + "0\r\n\r\n";
+}
+
+TEST_F(ServerHttp, InvalidUtf8PathIs404NotACrash) {
+  const auto s = server();
+  for (const char* path : {"/%ff", "/v1/%c3", "/%ed%a0%80", "/a%00b"}) {
+    const std::string response = s->respond(fmt::format("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", path));
+    ASSERT_EQ(statuses(response), std::vector<int>{404}) << path;
+    const json body = json::parse(body_of(response), nullptr, false);
+    ASSERT_TRUE(body.is_object()) << response;
+    EXPECT_EQ(body["error"]["code"], "not_found");
+  }
+  EXPECT_EQ(statuses(s->respond("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")), std::vector<int>{200});
+}
+
+TEST_F(ServerHttp, ACompletionAndKeepAlive) {
+  const auto s = server();
+  const std::string request = post("/v1/completions", R"({"prompt": "hi", "max_tokens": 3, "temperature": 0})");
+  const std::string response = s->respond(request + "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(statuses(response), (std::vector<int>{200, 200})) << response;
+  EXPECT_NE(response.find(R"("completion_tokens":3)"), std::string::npos) << response;
+}
+
+TEST_F(ServerHttp, BodyLimitHoldsForEveryFraming) {
+  ServerOptions o;
+  o.max_body_bytes = 4096;
+  const auto s = server(o);
+  const std::string small = R"({"prompt": "hi", "max_tokens": 1})";
+  const std::string large = R"({"prompt": ")" + std::string(6000, 'x') + R"(", "max_tokens": 1})";
+  EXPECT_EQ(statuses(s->respond(chunked("/v1/completions", small, 5))), std::vector<int>{200});
+  EXPECT_EQ(statuses(s->respond(post("/v1/completions", large))), std::vector<int>{413});
+  for (const size_t chunk : {size_t(1000), size_t(100000)}) {
+    const std::string response = s->respond(chunked("/v1/completions", large, chunk));
+    EXPECT_EQ(statuses(response), std::vector<int>{413}) << chunk;
+    EXPECT_NE(response.find("payload_too_large"), std::string::npos);
+  }
+  // The rest of an unread body is not taken for the next request.
+  const std::string response =
+      s->respond(chunked("/v1/chat/completions", large, 512) + "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(statuses(response), std::vector<int>{413}) << response;
+}
+
+TEST_F(ServerHttp, UnauthorizedBodyIsNotTakenForARequest) {
+  ServerOptions o;
+  o.api_key = "sekret";
+  const auto s = server(o);
+  const std::string smuggled = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string response = s->respond(post("/v1/completions", smuggled) + "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(statuses(response), std::vector<int>{401}) << response;
+}
+
+TEST_F(ServerHttp, HugeHeadIs431) {
+  const auto s = server();
+  std::string head = "GET /health HTTP/1.1\r\n";
+  while (head.size() < (64 << 10)) head += "X-Filler: " + std::string(1000, 'y') + "\r\n";
+  EXPECT_EQ(statuses(s->respond(head + "\r\n")), std::vector<int>{431});
+  EXPECT_EQ(statuses(s->respond("GET /" + std::string(100000, 'a'))), std::vector<int>{431});
+}
+
+TEST_F(ServerHttp, MetricsLabelOnlyKnownRoutes) {
+  const auto s = server();
+  std::string requests = "GET /a%22%7D%20666%0Afake_metric%201 HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (int i = 0; i < 50; ++i) requests += fmt::format("GET /path{} HTTP/1.1\r\nHost: x\r\n\r\n", i);
+  requests += "GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string response = s->respond(requests);
+  const std::string metrics = response.substr(response.rfind("\r\n\r\n") + 4);
+  EXPECT_EQ(metrics.find("\nfake_metric"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find(R"(kascade_http_requests_total{path="other",status="404"} 51)"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find(R"(kascade_http_requests_total{path="/health",status="200"} 1)"), std::string::npos);
+  // Every sample line is NAME{LABELS} VALUE or NAME VALUE.
+  static const std::regex sample(R"(^[a-z_]+(\{[a-z_]+="[^"\\\n]*"(,[a-z_]+="[^"\\\n]*")*\})? [0-9.e+-]+$)");
+  size_t lines = 0;
+  for (size_t at = 0, end; at < metrics.size(); at = end + 1) {
+    end = metrics.find('\n', at);
+    if (end == std::string::npos) end = metrics.size();
+    const std::string line = metrics.substr(at, end - at);
+    if (line.empty() || line[0] == '#') continue;
+    EXPECT_TRUE(std::regex_match(line, sample)) << line;
+    ++lines;
+  }
+  EXPECT_LT(lines, 40u);
 }
 
 }  // namespace

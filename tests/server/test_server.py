@@ -506,3 +506,192 @@ def test_sigterm_finishes_in_flight_then_exits_0(small_server):
     assert re.search(r'"finish_reason":"(stop|length)"', rest), rest  # finished, not cancelled
     connection.close()
     assert small_server.process.wait(timeout=60) == 0
+
+
+# Hostile clients (issue 31): one request must not end the server, a few
+# sockets must not starve it, and what they send must not grow it.
+
+@pytest.fixture(scope="module")
+def abuse_server():
+    s = Server("--parallel", "2", "--max-queue", "4", "--ctx-size", "256", "--max-body", "1048576",
+               "--max-client-connections", "150", "-q")
+    yield s
+    assert s.stop() == 0
+
+
+def raw_exchange(server, data, timeout=30):
+    """Sends bytes on a fresh connection (the server may stop reading early)
+    and returns everything it answers until it closes or `timeout`."""
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
+    def send():
+        try:
+            sock.sendall(data)
+        except OSError:
+            pass  # the server answered and closed before the end
+    sender = threading.Thread(target=send)
+    sender.start()
+    received = b""
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except (ConnectionResetError, socket.timeout):
+        pass
+    sender.join()
+    sock.close()
+    return received
+
+
+def status_of(response):
+    return int(response.split(b" ", 2)[1]) if response.startswith(b"HTTP/1.1 ") else None
+
+
+def test_invalid_utf8_paths_do_not_end_the_server(abuse_server):
+    for path in ("/%ff", "/%c3%28", "/v1/%ed%a0%80", "/%fe%ff/x"):
+        status, _, data = abuse_server.request("GET", path)
+        assert status == 404 and "\ufffd" in json.loads(data)["error"]["message"], path
+    assert abuse_server.process.poll() is None
+    assert abuse_server.request("GET", "/health")[0] == 200
+
+
+def test_malformed_json_and_nan_literals_are_400(abuse_server):
+    for body in ("{not json", '{"prompt": "x", "temperature": NaN}', '{"prompt": "x", "top_p": Infinity}',
+                 '{"prompt": "x", "max_tokens": 1e999}', "[" * 100000):
+        status, error, _ = error_of(abuse_server, "/v1/completions", body, {"Content-Type": "application/json"})
+        assert status == 400 and error["type"] == "invalid_request_error", body[:40]
+
+
+def test_half_open_connections_do_not_starve_health(abuse_server):
+    """90 connections that never finish a head (45 idle, 45 trickling one
+    byte of a header every half second) hold no thread: /health answers at
+    once meanwhile, and the server closes them when the head time is up."""
+    idle = [socket.create_connection(("127.0.0.1", abuse_server.port)) for _ in range(45)]
+    trickling = [socket.create_connection(("127.0.0.1", abuse_server.port)) for _ in range(45)]
+    stop = threading.Event()
+    def trickle():
+        for sock in trickling:
+            sock.sendall(b"GET /health HTTP/1.1\r\nX-Slow: ")
+        while not stop.wait(0.5):
+            for sock in trickling:
+                try:
+                    sock.sendall(b"a")
+                except OSError:
+                    pass
+    thread = threading.Thread(target=trickle)
+    thread.start()
+    try:
+        time.sleep(1)
+        for _ in range(5):
+            start = time.time()
+            assert abuse_server.request("GET", "/health")[0] == 200
+            assert time.time() - start < 1.0
+        # The head timeout (10 s) closes both kinds.
+        deadline = time.time() + 20
+        for sock in idle + trickling:
+            sock.settimeout(max(0.1, deadline - time.time()))
+            try:
+                while sock.recv(4096):
+                    pass
+            except ConnectionResetError:
+                pass
+    finally:
+        stop.set()
+        thread.join()
+        for sock in idle + trickling:
+            sock.close()
+    assert time.time() < deadline
+
+
+def test_connections_per_client_are_bounded(abuse_server):
+    held = [socket.create_connection(("127.0.0.1", abuse_server.port)) for _ in range(150)]
+    try:
+        time.sleep(0.5)
+        extra = socket.create_connection(("127.0.0.1", abuse_server.port), timeout=5)
+        response = extra.recv(4096)
+        extra.close()
+        assert status_of(response) == 503 and b"Retry-After" in response, response
+    finally:
+        for sock in held:
+            sock.close()
+    deadline = time.time() + 5
+    while abuse_server.request("GET", "/health")[0] != 200:
+        assert time.time() < deadline
+        time.sleep(0.05)
+
+
+def test_settings_beyond_the_machine_are_refused():
+    done = subprocess.run([str(KASCADE), "serve", "-m", str(MODEL), "--port", "0", "--parallel", "4096",
+                           "--max-queue", "65536", "--ctx-size", "64"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "--parallel 4096 with --max-queue 65536" in done.stderr, done.stderr
+
+
+def test_second_server_on_a_port_in_use_is_refused(abuse_server):
+    done = subprocess.run([str(KASCADE), "serve", "-m", str(MODEL), "--port", str(abuse_server.port), "-q"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert f"port {abuse_server.port} is in use" in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert abuse_server.request("GET", "/health")[0] == 200
+
+
+def chunked_request(path, body, chunk=65536):
+    out = [f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           "Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n".encode()]
+    for at in range(0, len(body), chunk):
+        piece = body[at:at + chunk]
+        out.append(b"%x\r\n%s\r\n" % (len(piece), piece))
+    out.append(b"0\r\n\r\n")
+    return b"".join(out)
+
+
+def test_max_body_holds_for_chunked_bodies(abuse_server):
+    rss_before = abuse_server.rss()
+    for size in (6 << 20, 48 << 20):
+        body = json.dumps({"prompt": "x" * size, "max_tokens": 1}).encode()
+        response = raw_exchange(abuse_server, chunked_request("/v1/completions", body))
+        assert status_of(response) == 413 and b"payload_too_large" in response, response[:200]
+    small = json.dumps({"prompt": "Hi", "max_tokens": 1}).encode()
+    assert status_of(raw_exchange(abuse_server, chunked_request("/v1/completions", small, 5))) == 200
+    assert abuse_server.rss() < rss_before + (32 << 20)
+
+
+def test_metrics_injection_and_growth(abuse_server):
+    abuse_server.request("GET", "/a%22%7D%20666%0Afake_metric%201")
+    for i in range(300):
+        abuse_server.request("GET", f"/no/such/path/{i}")
+    status, _, body = abuse_server.request("GET", "/metrics")
+    text = body.decode()
+    assert status == 200 and "\nfake_metric" not in text
+    series = [line for line in text.splitlines() if line.startswith("kascade_http_requests_total{")]
+    assert len(series) < 20, series
+    assert any(line.startswith('kascade_http_requests_total{path="other",status="404"}') for line in series)
+    for line in text.splitlines():
+        assert line.startswith("#") or re.fullmatch(r'[a-z_]+(\{[a-z_]+="[^"\\\n]*"(,[a-z_]+="[^"\\\n]*")*\})? \S+',
+                                                    line), line
+
+
+def test_rss_returns_after_abuse(abuse_server):
+    """Two rounds of the above; after the second, resident memory is back
+    near where the first left it."""
+    def round_of_abuse():
+        for path in ("/%ff", "/a%22%7D%0Ab%201"):
+            abuse_server.request("GET", path)
+        for i in range(200):
+            abuse_server.request("GET", f"/round/{i}")
+        raw_exchange(abuse_server, chunked_request("/v1/completions", b'{"prompt": "' + b"x" * (4 << 20) + b'"}'))
+        raw_exchange(abuse_server, b"GET /health HTTP/1.1\r\n" + b"X-Big: " + b"y" * (100 << 10))
+        held = [socket.create_connection(("127.0.0.1", abuse_server.port)) for _ in range(100)]
+        for sock in held:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n" + b"z" * 1000)
+        time.sleep(0.5)
+        for sock in held:
+            sock.close()
+        error_of(abuse_server, "/v1/completions", '{"prompt": "x", "temperature": NaN}')
+        assert abuse_server.request("GET", "/health")[0] == 200
+        abuse_server.wait_idle()
+        time.sleep(0.5)
+        return abuse_server.rss()
+
+    first = round_of_abuse()
+    second = round_of_abuse()
+    assert second <= first + (16 << 20), (first, second)
