@@ -183,17 +183,19 @@ def test_kascade_per_request(server, expected_chat):
 
 
 def test_kascade_budget_per_request(server):
-    """The extra field's budget and min_k reach the attention: the answer
+    """The extra field's budget, min_k and sparse_from reach the attention: the answer
     equals `kascade generate` with the same flags, and differs from the one
     with another budget (so a budget that was dropped would fail here)."""
     haystack = (ROOT / "data" / "haystack" / "haystack.txt").read_text()
     prompt = haystack[haystack.index("In the beginning"):][:1300] + " In summary,"
-    text, summary = generate(prompt, "--raw", "-n", "16", "--attention", "kascade", "--budget", "5", "--min-k", "16")
-    other, _ = generate(prompt, "--raw", "-n", "16", "--attention", "kascade", "--budget", "10", "--min-k", "16")
+    # A prompt this short attends densely at the engine's break-even: sparse_from 0 makes it sparse.
+    sparse = ("--raw", "-n", "16", "--attention", "kascade", "--min-k", "16", "--sparse-from", "0")
+    text, summary = generate(prompt, *sparse, "--budget", "5")
+    other, _ = generate(prompt, *sparse, "--budget", "10")
     assert text != other, "pick a prompt on which the budget changes the answer"
     response = server.client().completions.create(
         model=MODEL_ID, prompt=prompt, max_tokens=16, temperature=0,
-        extra_body={"kascade": {"attention": "kascade", "budget": 5, "min_k": 16}})
+        extra_body={"kascade": {"attention": "kascade", "budget": 5, "min_k": 16, "sparse_from": 0}})
     assert response.choices[0].text == text
     assert response.usage.prompt_tokens == prompt_tokens_of(summary)
     assert response.model_extra["kascade"]["attention"] == "kascade"
