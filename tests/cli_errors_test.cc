@@ -250,6 +250,7 @@ TEST_F(CliErrors, BadGenerateFlags) {
       {{"--stop", ""}, {"stop string 0 is empty"}},
       {{"--window-fraction", "2", "--attention", "streaming"}, {"--window-fraction '2'"}},
       {{"--demo"}, {"give only one of"}},
+      {{"--logits-out", "/nonexistent-kascade-dir/logits.f32"}, {"--logits-out", "does not exist"}},
   };
   for (const auto& c : cases) {
     std::vector<std::string> args{"generate", "-m", kTinyQwen, "--raw", "-p", "hi"};

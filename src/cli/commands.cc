@@ -50,6 +50,7 @@ struct GenerateArgs {
   sampling::SamplerOptions sampling{.temperature = 0.0f};
   AttentionOptions attention;
   std::string profile;
+  std::string logits_out;
   bool quiet = false;
 };
 
@@ -103,6 +104,7 @@ void run_generate(const GenerateArgs& args) {
   if (args.kv_type != "f16" && args.kv_type != "f32") fail("--kv-type must be f16 or f32, got '{}'", args.kv_type);
   if (!has_prompt_source(args) && isatty(STDIN_FILENO))
     fail("no prompt: give --prompt TEXT, --prompt-file FILE, --demo, or pipe text on stdin");
+  if (!args.logits_out.empty()) check_output_file(args.logits_out, "--logits-out", {args.model, args.prompt_file});
 
   const std::unique_ptr<engine::Backend> backend = backends::make_backend(args.device, args.model);
   const tokenizer::Tokenizer tokenizer(backend->file());
@@ -165,6 +167,11 @@ void run_generate(const GenerateArgs& args) {
     progress->update(uint64_t(done));
     if (done == total) progress.reset();
   };
+  std::string logits;  // --logits-out: float32 rows, one per sampled step
+  if (!args.logits_out.empty())
+    request.on_logits = [&](std::span<const float> row) {
+      logits.append(reinterpret_cast<const char*>(row.data()), row.size_bytes());
+    };
   engine::GenerationResult result;
   request.on_finish = [&](const engine::GenerationResult& r) { result = r; };
   engine::Scheduler scheduler(*backend, tokenizer, {.max_running = 1, .max_queued = 0});
@@ -176,6 +183,7 @@ void run_generate(const GenerateArgs& args) {
     fail("{}", result.error);
   }
   write_stdout("\n");
+  if (!args.logits_out.empty()) write_file(args.logits_out, logits, "logits file");
   if (args.quiet) return;
   const std::string device_memory = backend->memory_report();
   const double prefill_rate = double(result.prompt_tokens) / std::max(result.prefill_seconds, 1e-9);
@@ -322,6 +330,9 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--seed", args->sampling.seed, "Random seed")->capture_default_str()->check(seed_flag());
   cmd->add_option("--profile", args->profile, "Kascade calibration profile (JSON; default: the shipped one)");
   add_attention_flags(cmd, args->attention);
+  cmd->add_option("--logits-out", args->logits_out,
+                  "Write the logits each generated token was sampled from: float32, little-endian, one row of the "
+                  "vocabulary's size per step (for comparing engines)");
   cmd->add_flag("-q,--quiet", args->quiet, "No progress bar or summary");
   cmd->callback([args] { run_generate(*args); });
 }

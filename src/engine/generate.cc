@@ -14,14 +14,16 @@ void check_request(int64_t capacity, std::span<const int32_t> prompt, const Gene
 }
 
 TokenStream::TokenStream(const tokenizer::Tokenizer& tokenizer, std::span<const int32_t> prompt,
-                         const GenerateOptions& options, std::function<void(const std::string&)> on_text)
+                         const GenerateOptions& options, std::function<void(const std::string&)> on_text,
+                         std::function<void(std::span<const float>)> on_logits)
     : tokenizer_(tokenizer),
       max_new_tokens_(options.max_new_tokens),
       ignore_eos_(options.ignore_eos),
       sampler_(options.sampling),
       stops_(options.stop_strings),
       decoder_(tokenizer, /*skip_special=*/true),
-      on_text_(std::move(on_text)) {
+      on_text_(std::move(on_text)),
+      on_logits_(std::move(on_logits)) {
   result_.prompt_tokens = int64_t(prompt.size());
   result_.stop_reason = "token limit";
   for (const int32_t token : prompt) sampler_.accept(token);
@@ -45,6 +47,7 @@ std::optional<int32_t> TokenStream::next(std::span<const float> logits, const Ba
     finish("token limit");
     return std::nullopt;
   }
+  if (on_logits_) on_logits_(logits);
   const int32_t token = sampler_.sample(logits);
   if (!ignore_eos_ && tokenizer_.is_end_of_generation(token)) {
     finish("eos");
@@ -94,7 +97,7 @@ GenerationResult generate_after_prefill(Backend& backend, const tokenizer::Token
   check_request(seq.capacity(), prompt, options);
   if (seq.position() != int64_t(prompt.size()))
     fail("the sequence holds {} positions, not the prompt's {}", seq.position(), prompt.size());
-  TokenStream stream(tokenizer, prompt, options, callbacks.on_text);
+  TokenStream stream(tokenizer, prompt, options, callbacks.on_text, callbacks.on_logits);
   Stopwatch decode_clock;
   while (const std::optional<int32_t> token = stream.next(logits, seq)) {
     BackendSequence* const batch[1] = {&seq};

@@ -45,6 +45,7 @@ struct GenerationResult {
 struct GenerateCallbacks {
   std::function<void(const std::string&)> on_text;           // streamed, complete UTF-8
   std::function<void(int64_t done, int64_t total)> on_prefill;  // after each chunk
+  std::function<void(std::span<const float>)> on_logits;      // each step's, before it samples
 };
 
 // One request's sampling and stop rules, one step at a time: next() takes
@@ -54,8 +55,11 @@ struct GenerateCallbacks {
 class TokenStream {
  public:
   // Throws Error for bad options (sampling out of range, an empty stop string).
+  // on_logits sees the logits each step samples from (the steps that end
+  // generation included).
   TokenStream(const tokenizer::Tokenizer& tokenizer, std::span<const int32_t> prompt, const GenerateOptions& options,
-              std::function<void(const std::string&)> on_text);
+              std::function<void(const std::string&)> on_text,
+              std::function<void(std::span<const float>)> on_logits = {});
 
   std::optional<int32_t> next(std::span<const float> logits, const BackendSequence& seq);
   bool done() const { return done_; }
@@ -72,6 +76,7 @@ class TokenStream {
   sampling::StopStringMatcher stops_;
   tokenizer::StreamDecoder decoder_;
   std::function<void(const std::string&)> on_text_;
+  std::function<void(std::span<const float>)> on_logits_;
   GenerationResult result_;
   bool done_ = false;
 };

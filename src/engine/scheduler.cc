@@ -143,7 +143,7 @@ void Scheduler::admit() {
     Request& r = active->request;
     try {
       active->seq = backend_.new_sequence({r.capacity, r.attention, r.kv_type});
-      active->stream = std::make_unique<TokenStream>(tokenizer_, r.prompt, r.options, r.on_text);
+      active->stream = std::make_unique<TokenStream>(tokenizer_, r.prompt, r.options, r.on_text, r.on_logits);
     } catch (const std::exception& e) {
       running_.push_back(std::move(active));
       finish(*running_.back(), "error", e.what());

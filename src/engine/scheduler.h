@@ -54,6 +54,7 @@ struct Request {
   std::function<void(const std::string&)> on_text;
   std::function<void(int64_t done, int64_t total)> on_prefill;
   std::function<void(const GenerationResult&)> on_finish;
+  std::function<void(std::span<const float>)> on_logits;  // optional: each step's logits (TokenStream)
 };
 
 struct SchedulerOptions {
