@@ -181,6 +181,9 @@ TEST(AttentionOptions, ProfileJsonRoundTripAndErrors) {
   profile.similarity.assign(6, std::vector<double>(6, 0.5));
   profile.importance = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6};
   profile.dp_scores = {{3, 2.5, {0, 2, 4}}};
+  profile.calibration.reuse_floor = 0.8;
+  profile.roles = {{true, 0, std::nullopt, "layer 0"}, {false, 0, 0.9, "reuses 0"}, {true, 2, 0.5, "selects"},
+                   {false, 2, 0.85, "reuses 2"},        {true, 4, 0.7, "selects"},   {false, 4, 1.0, "reuses 4"}};
   const std::string path = temp_path("kascade_profile_test.json");
   save_profile(profile, path);
   const KascadeProfile loaded = load_profile(path, kShape);
@@ -191,6 +194,14 @@ TEST(AttentionOptions, ProfileJsonRoundTripAndErrors) {
   EXPECT_EQ(loaded.dp_scores[0].anchors, profile.dp_scores[0].anchors);
   EXPECT_EQ(loaded.weights_fingerprint, "sha256:abc");
   EXPECT_EQ(loaded.calibration.n_prompts, 3);
+  EXPECT_EQ(loaded.calibration.reuse_floor, 0.8);
+  ASSERT_EQ(loaded.roles.size(), 6u);
+  for (size_t j = 0; j < 6; ++j) {
+    EXPECT_EQ(loaded.roles[j].anchor, profile.roles[j].anchor) << j;
+    EXPECT_EQ(loaded.roles[j].reads, profile.roles[j].reads) << j;
+    EXPECT_EQ(loaded.roles[j].keeps, profile.roles[j].keeps) << j;
+    EXPECT_EQ(loaded.roles[j].why, profile.roles[j].why) << j;
+  }
   EXPECT_NO_THROW(check_fingerprint(loaded, "sha256:abc"));
   try {
     check_fingerprint(loaded, "sha256:def");
@@ -251,6 +262,24 @@ TEST(AttentionOptions, ProfileJsonRoundTripAndErrors) {
   nlohmann::json bad_calibration = json;
   bad_calibration["calibration"] = "fast";
   expect_refused(bad_calibration.dump(), "profile.calibration is not an object");
+  // Roles must agree with the anchors, one per layer.
+  const auto with_role = [&](size_t j, const char* field, const nlohmann::json& value) {
+    nlohmann::json changed = json;
+    changed["roles"][j][field] = value;
+    return changed.dump();
+  };
+  expect_refused(with_role(1, "role", "anchor"), "roles[1] says anchor but layer 1 is not an anchor");
+  expect_refused(with_role(2, "role", "reuse"), "roles[2] says reuse but layer 2 is an anchor");
+  expect_refused(with_role(0, "role", "select"), "roles[0].role is 'select', not anchor or reuse");
+  expect_refused(with_role(3, "reads", 0), "roles[3] reads layer 0, but its anchor is layer 2");
+  expect_refused(with_role(1, "keeps", 2.0), "roles[1].keeps = 2 is not a share in [0, 1]");
+  expect_refused(with_role(2, "layer", 5), "roles[2].layer must be 2");
+  nlohmann::json short_roles = json;
+  short_roles["roles"].erase(5);
+  expect_refused(short_roles.dump(), "roles has 5 entries, expected one per layer (6)");
+  nlohmann::json bad_floor = json;
+  bad_floor["calibration"]["reuse_floor"] = 1.5;
+  expect_refused(bad_floor.dump(), "calibration.reuse_floor = 1.5 is not a share");
   std::remove(path.c_str());
   EXPECT_THROW(load_profile(temp_path("kascade_no_such_profile.json"), kShape), Error);
 }

@@ -13,9 +13,11 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <sstream>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "calibration/anchor_search.h"
@@ -114,6 +116,58 @@ TEST(AnchorSearch, PicksTheObviousSegments) {
   EXPECT_EQ(choose_anchors(p.sim, p.weights, 2), (std::vector<int>{0, 1}));
 }
 
+// Every anchor set containing layer 0 whose reuse layers all keep >= floor:
+// the smallest size, and the best objective at that size.
+std::pair<int, double> brute_force_fewest_above(const Problem& p, double floor) {
+  const int n = int(p.weights.size());
+  for (int m = 1; m <= n; ++m) {
+    double best = -std::numeric_limits<double>::infinity();
+    for (uint32_t mask = 0; mask < (1u << (n - 1)); ++mask) {
+      if (std::popcount(mask) != m - 1) continue;
+      std::vector<int> anchors{0};
+      for (int j = 1; j < n; ++j)
+        if (mask & (1u << (j - 1))) anchors.push_back(j);
+      const std::vector<int> owner = anchor_of_each_layer(n, anchors);
+      bool qualifies = true;
+      for (int j = 0; j < n; ++j) qualifies &= owner[size_t(j)] == j || p.sim[size_t(owner[size_t(j)]) * n + j] >= floor;
+      if (qualifies) best = std::max(best, anchor_objective(p.sim, p.weights, anchors));
+    }
+    if (best > -std::numeric_limits<double>::infinity()) return {m, best};
+  }
+  return {0, 0.0};
+}
+
+TEST(AnchorSearch, FewestAnchorsAboveAFloorEqualsBruteForce) {
+  std::mt19937 rng(29);
+  for (int n = 1; n <= 11; ++n)
+    for (int trial = 0; trial < 5; ++trial) {
+      const Problem p = random_problem(n, rng);
+      for (const double floor : {0.0, 0.3, 0.6, 0.9, 1.0}) {
+        const std::vector<int> anchors = fewest_anchors_above(p.sim, p.weights, floor);
+        const auto [count, objective] = brute_force_fewest_above(p, floor);
+        SCOPED_TRACE(fmt::format("L={} trial {} floor {}", n, trial, floor));
+        ASSERT_EQ(int(anchors.size()), count);
+        EXPECT_EQ(anchors[0], 0);
+        EXPECT_TRUE(std::is_sorted(anchors.begin(), anchors.end()));
+        EXPECT_NEAR(anchor_objective(p.sim, p.weights, anchors), objective, 1e-12);
+        const std::vector<int> owner = anchor_of_each_layer(n, anchors);
+        for (int j = 0; j < n; ++j) {
+          if (owner[size_t(j)] == j) continue;
+          EXPECT_GE(p.sim[size_t(owner[size_t(j)]) * n + j], floor) << "layer " << j;
+        }
+      }
+    }
+}
+
+TEST(AnchorSearch, FloorAboveEverySimilarityMakesEveryLayerAnAnchor) {
+  std::mt19937 rng(3);
+  Problem p = random_problem(6, rng);
+  for (int a = 0; a < 6; ++a)
+    for (int b = a + 1; b < 6; ++b) p.sim[size_t(a) * 6 + b] = std::min(p.sim[size_t(a) * 6 + b], 0.5);
+  EXPECT_EQ(fewest_anchors_above(p.sim, p.weights, 0.75), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(fewest_anchors_above(p.sim, p.weights, 0.0), (std::vector<int>{0}));
+}
+
 TEST(AnchorSearch, RejectsBadProblems) {
   const std::vector<double> sim(9, 1.0), weights(3, 1.0);
   EXPECT_THROW(choose_anchors(sim, weights, 0), Error);
@@ -122,6 +176,7 @@ TEST(AnchorSearch, RejectsBadProblems) {
   EXPECT_THROW(anchor_objective(sim, weights, std::vector<int>{1, 2}), Error);
   EXPECT_THROW(anchor_objective(sim, weights, std::vector<int>{0, 2, 1}), Error);
   EXPECT_THROW(anchor_objective(sim, weights, std::vector<int>{0, 3}), Error);
+  EXPECT_THROW(fewest_anchors_above(std::vector<double>(8, 1.0), weights, 0.5), Error);
 }
 
 TEST(HeadMap, IdentityOnAnchorsArgmaxElsewhereTiesToLowerHead) {
@@ -568,6 +623,32 @@ TEST(Calibrate, ProfileOfASlidingWindowModelCoversItsGlobalLayers) {
   EXPECT_NO_THROW(kascade::validate_profile(profile, shape));
   options.max_anchors = 3;
   EXPECT_THROW(calibrate(model, prompts, options), Error);
+
+  // The reuse floor decides layer 1's role from sim(0, 1), and the profile says so.
+  options.max_anchors = 2;
+  CalibrationResult solved = result;
+  const double keeps = result.layer_similarity[1];  // sim(0, 1)
+  ASSERT_GT(keeps, 0.0);
+  ASSERT_LT(keeps, 1.0);
+  for (const double floor : {keeps, std::nextafter(keeps, 2.0)}) {
+    options.reuse_floor = floor;
+    solve_anchors(solved, options);
+    const kascade::KascadeProfile floored =
+        make_profile(solved, options, 1, model, DevSetInfo{"test", content_fingerprint("x"), 90});
+    EXPECT_NO_THROW(kascade::validate_profile(floored, shape));
+    const bool reuse = floor <= keeps;
+    EXPECT_EQ(floored.anchors, reuse ? std::vector<int>({0}) : std::vector<int>({0, 1}));
+    EXPECT_EQ(floored.calibration.reuse_floor, floor);
+    ASSERT_EQ(floored.roles.size(), 2u);
+    EXPECT_TRUE(floored.roles[0].anchor);
+    EXPECT_EQ(floored.roles[1].anchor, !reuse);
+    EXPECT_EQ(floored.roles[1].reads, reuse ? 0 : 1);
+    EXPECT_EQ(floored.roles[1].keeps, keeps);
+    EXPECT_NE(floored.roles[1].why.find(reuse ? "reuses layer 0" : "below the floor"), std::string::npos)
+        << floored.roles[1].why;
+    const kascade::KascadeProfile loaded = kascade::profile_from_json(kascade::profile_to_json(floored), "test");
+    EXPECT_EQ(loaded.roles[1].why, floored.roles[1].why);
+  }
 }
 
 TEST(Calibrate, RejectsBadOptions) {
@@ -582,6 +663,13 @@ TEST(Calibrate, RejectsBadOptions) {
   options.min_anchors = 6;
   options.max_anchors = 5;
   EXPECT_THROW(validate(options, 30), Error);
+  options = {};
+  options.reuse_floor = 1.5;
+  EXPECT_THROW(validate(options, 30), Error);
+  options.reuse_floor = std::nan("");
+  EXPECT_THROW(validate(options, 30), Error);
+  options.reuse_floor = 0.9;
+  EXPECT_NO_THROW(validate(options, 30));
 }
 
 }  // namespace

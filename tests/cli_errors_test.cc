@@ -376,6 +376,10 @@ TEST_F(CliErrors, BadCalibrateRequests) {
   expect_error(calibrate({"--anchors", "1..2", "--choose", "3"}), {"--choose 3 is outside --anchors 1..2"});
   expect_error(calibrate({"--anchors", "1..2", "--dev-set", dir_.string()}), {"dev set", "Is a directory"});
   expect_error(calibrate({"--anchors", "1..2", "--threads", "-1"}), {"--threads"});
+  expect_error(calibrate({"--anchors", "1..2", "--reuse-floor", "1.5"}), {"--reuse-floor"});
+  expect_error(calibrate({"--anchors", "1..2", "--reuse-floor", "nan"}), {"reuse floor nan"});
+  expect_error(calibrate({"--anchors", "1..2", "--choose", "1", "--reuse-floor", "0.9"}),
+               {"give --choose or --reuse-floor, not both"});
   write_bytes(path("file.txt"), "keep\n");
   expect_error(calibrate({"--anchors", "1..2", "--stats", path("file.txt") + "/stats.json"}),
                {"--stats", "is not a directory"});

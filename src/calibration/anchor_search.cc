@@ -70,17 +70,22 @@ double anchor_objective(std::span<const double> sim, std::span<const double> wei
   return total;
 }
 
-std::vector<int> choose_anchors(std::span<const double> sim, std::span<const double> weights,
-                                int n_anchors) {
-  check_problem(sim, weights);
-  const int n = int(weights.size());
-  if (n_anchors < 1 || n_anchors > n) fail("cannot choose {} anchors among {} layers", n_anchors, n);
+namespace {
 
+constexpr double kUnreachable = -std::numeric_limits<double>::infinity();
+
+// The dynamic programme of choose_anchors over segments whose reuse layers
+// all have sim(a, j) >= floor (the others are unreachable); empty when no
+// anchor set of this size qualifies.
+std::vector<int> best_anchors(std::span<const double> sim, std::span<const double> weights, int n_anchors,
+                              double floor) {
+  const int n = int(weights.size());
   // segment[a][e] = sum_{j=a..e} w_j sim(a, j): the value of anchor a covering layers a..e.
-  std::vector<double> segment(size_t(n) * n, 0.0);
+  std::vector<double> segment(size_t(n) * n, kUnreachable);
   for (int a = 0; a < n; ++a) {
     double running = 0;
     for (int e = a; e < n; ++e) {
+      if (e > a && !(sim[size_t(a) * n + e] >= floor)) break;  // e and every later layer need another anchor
       running += weights[size_t(e)] * sim[size_t(a) * n + e];
       segment[size_t(a) * n + e] = running;
     }
@@ -88,7 +93,6 @@ std::vector<int> choose_anchors(std::span<const double> sim, std::span<const dou
 
   // best[m][e]: the best value of layers 0..e covered by m + 1 anchors, the
   // last segment ending at e; start[m][e]: where that last segment starts.
-  constexpr double kUnreachable = -std::numeric_limits<double>::infinity();
   std::vector<double> best(size_t(n_anchors) * n, kUnreachable);
   std::vector<int> start(size_t(n_anchors) * n, 0);
   for (int e = 0; e < n; ++e) best[size_t(e)] = segment[size_t(e)];  // anchor 0 covers 0..e
@@ -107,6 +111,7 @@ std::vector<int> choose_anchors(std::span<const double> sim, std::span<const dou
       start[size_t(m) * n + e] = argmax;
     }
   }
+  if (best[size_t(n_anchors - 1) * n + (n - 1)] == kUnreachable) return {};
 
   std::vector<int> anchors(static_cast<size_t>(n_anchors));
   int end = n - 1;
@@ -116,6 +121,26 @@ std::vector<int> choose_anchors(std::span<const double> sim, std::span<const dou
   }
   anchors[0] = 0;
   return anchors;
+}
+
+}  // namespace
+
+std::vector<int> choose_anchors(std::span<const double> sim, std::span<const double> weights,
+                                int n_anchors) {
+  check_problem(sim, weights);
+  const int n = int(weights.size());
+  if (n_anchors < 1 || n_anchors > n) fail("cannot choose {} anchors among {} layers", n_anchors, n);
+  return best_anchors(sim, weights, n_anchors, kUnreachable);
+}
+
+std::vector<int> fewest_anchors_above(std::span<const double> sim, std::span<const double> weights, double floor) {
+  check_problem(sim, weights);
+  const int n = int(weights.size());
+  for (int m = 1; m < n; ++m)
+    if (std::vector<int> anchors = best_anchors(sim, weights, m, floor); !anchors.empty()) return anchors;
+  std::vector<int> every_layer(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) every_layer[size_t(j)] = j;
+  return every_layer;
 }
 
 std::vector<std::vector<int>> derive_head_map(const HeadSimilarity& similarity,

@@ -62,6 +62,13 @@ double anchor_objective(std::span<const double> sim, std::span<const double> wei
 std::vector<int> choose_anchors(std::span<const double> sim, std::span<const double> weights,
                                 int n_anchors);
 
+// Reuse only where the statistics say it keeps enough: the fewest anchors
+// such that every reuse layer j keeps at least `floor` of its own top-k mass
+// on its anchor's sets, sim(anchor(j), j) >= floor; among the qualifying
+// sets of that size, the largest objective (ties as choose_anchors). Every
+// layer an anchor always qualifies.
+std::vector<int> fewest_anchors_above(std::span<const double> sim, std::span<const double> weights, double floor);
+
 // head_map[j][h] = argmax_h' S(anchor(j), h' -> j, h) (ties to the lower h'),
 // the identity on anchor layers.
 std::vector<std::vector<int>> derive_head_map(const HeadSimilarity& similarity,

@@ -14,6 +14,8 @@ void validate(const CalibrationOptions& options, int n_layers) {
     fail("anchor counts {}..{} must satisfy 1 <= first <= last <= {} (the model's global attention layers)",
          options.min_anchors, options.max_anchors, n_layers);
   if (options.chunk_size < 1) fail("calibration chunk size must be at least 1, got {}", options.chunk_size);
+  if (options.reuse_floor && !(*options.reuse_floor >= 0 && *options.reuse_floor <= 1))
+    fail("the reuse floor {} is not a share in [0, 1]", *options.reuse_floor);
 }
 
 const AnchorSolution& CalibrationResult::solution(int n_anchors) const {
@@ -25,15 +27,21 @@ const AnchorSolution& CalibrationResult::solution(int n_anchors) const {
 void solve_anchors(CalibrationResult& result, const CalibrationOptions& options) {
   result.layer_similarity = layer_similarity_matrix(result.head_similarity);
   const double total_weight = std::accumulate(result.importance.begin(), result.importance.end(), 0.0);
-  result.solutions.clear();
-  for (int m = options.min_anchors; m <= options.max_anchors; ++m) {
+  const auto solution = [&](std::vector<int> anchors) {
     AnchorSolution s;
-    s.anchors = choose_anchors(result.layer_similarity, result.importance, m);
+    s.anchors = std::move(anchors);
     s.head_map = derive_head_map(result.head_similarity, s.anchors);
     s.score = anchor_objective(result.layer_similarity, result.importance, s.anchors);
     s.normalized_score = total_weight > 0 ? s.score / total_weight : 0.0;
-    result.solutions.push_back(std::move(s));
-  }
+    return s;
+  };
+  result.solutions.clear();
+  for (int m = options.min_anchors; m <= options.max_anchors; ++m)
+    result.solutions.push_back(solution(choose_anchors(result.layer_similarity, result.importance, m)));
+  result.floor_solution.reset();
+  if (options.reuse_floor)
+    result.floor_solution =
+        solution(fewest_anchors_above(result.layer_similarity, result.importance, *options.reuse_floor));
 }
 
 CalibrationResult calibrate(const model::Model& model, std::span<const std::vector<int32_t>> prompts,

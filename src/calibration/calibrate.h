@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -20,6 +21,9 @@ struct CalibrationOptions {
   int min_anchors = 3;  // solve the programme for every count in [min_anchors, max_anchors]
   int max_anchors = 8;
   int64_t chunk_size = 1024;  // prefill chunk (rounded to the tile)
+  // Also solve for the fewest anchors that let every reuse layer keep at
+  // least this share of its own top-k mass (fewest_anchors_above).
+  std::optional<double> reuse_floor;
 };
 
 // Throws Error naming the option that is out of range for a model of n_layers.
@@ -43,7 +47,11 @@ struct CalibrationResult {
   std::vector<double> captured_top_k, captured_budget;
   int64_t top_k_tiles = 0, budget_tiles = 0;  // tiles the sparsity means are over
   std::vector<AnchorSolution> solutions;  // one per anchor count, ascending
+  std::optional<AnchorSolution> floor_solution;  // with a reuse floor: fewest_anchors_above's
   const AnchorSolution& solution(int n_anchors) const;
+  // The profile's solution: the reuse floor's where there is one, else the
+  // programme's for `choose` anchors.
+  const AnchorSolution& active(int choose) const { return floor_solution ? *floor_solution : solution(choose); }
 };
 
 // Progress: tokens done over all prompts so far.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -60,11 +61,45 @@ double lower_colour_bound(const std::vector<std::vector<double>>& values) {
   return std::min(low, 0.9);
 }
 
+// Each layer's role and why: the share of its own top-k mass it keeps on the
+// previous anchor's sets, against the floor or the programme's choice.
+std::vector<kascade::LayerRole> layer_roles(const CalibrationResult& result, const AnchorSolution& chosen,
+                                            std::optional<double> floor) {
+  const int L = result.n_layers;
+  const std::vector<int> owner = anchor_of_each_layer(L, chosen.anchors);
+  const std::string rule = floor ? fmt::format("the floor {:.3f}", *floor)
+                                 : fmt::format("the best {} anchors' objective", chosen.anchors.size());
+  std::vector<kascade::LayerRole> roles(static_cast<size_t>(L));
+  int previous = 0;  // the last anchor before j
+  for (int j = 0; j < L; ++j) {
+    kascade::LayerRole& role = roles[size_t(j)];
+    role.anchor = owner[size_t(j)] == j;
+    role.reads = owner[size_t(j)];
+    if (j == 0) {
+      role.why = "layer 0 always selects (its attention is flat)";
+      continue;
+    }
+    const int from = role.anchor ? previous : role.reads;
+    const double keeps = result.layer_similarity[size_t(from) * L + j];
+    role.keeps = keeps;
+    if (role.anchor) {
+      role.why = floor ? fmt::format("reusing layer {} would keep {:.3f} of its top-k mass, below {}", from, keeps, rule)
+                       : fmt::format("selects: reusing layer {} would keep {:.3f} of its top-k mass ({})", from, keeps,
+                                     rule);
+      previous = j;
+    } else {
+      role.why = fmt::format("reuses layer {}: keeps {:.3f} of its top-k mass ({})", from, keeps,
+                             floor ? "at least " + rule : rule);
+    }
+  }
+  return roles;
+}
+
 }  // namespace
 
 kascade::KascadeProfile make_profile(const CalibrationResult& result, const CalibrationOptions& options,
                                        int chosen_anchors, const model::Model& model, const DevSetInfo& dev_set) {
-  const AnchorSolution& chosen = result.solution(chosen_anchors);
+  const AnchorSolution& chosen = result.active(chosen_anchors);
   kascade::KascadeProfile profile;
   profile.model = identity_of(model);
   profile.weights_fingerprint = model::weights_fingerprint(model.file());
@@ -75,8 +110,10 @@ kascade::KascadeProfile make_profile(const CalibrationResult& result, const Cali
   profile.calibration.selected_keys = options.statistics.top_k;
   profile.calibration.tile = options.statistics.tile;
   profile.calibration.seed = 0;  // calibration draws no random numbers
+  profile.calibration.reuse_floor = options.reuse_floor;
   profile.anchors = chosen.anchors;
   profile.head_map = chosen.head_map;
+  profile.roles = layer_roles(result, chosen, options.reuse_floor);
   profile.similarity = square(result.layer_similarity, result.n_layers);
   profile.importance = result.importance;
   for (const AnchorSolution& s : result.solutions)
@@ -104,7 +141,15 @@ json statistics_json(const CalibrationResult& result, const CalibrationOptions& 
                      {"min_k", s.min_k},
                      {"aggregate_over_tiles", "min"},
                      {"aggregate_over_prompts", "mean"}};
-  out["chosen_anchors"] = chosen_anchors;
+  out["chosen_anchors"] = int(result.active(chosen_anchors).anchors.size());
+  if (options.reuse_floor) {
+    const AnchorSolution& floor = *result.floor_solution;
+    out["reuse_floor"] = {{"floor", *options.reuse_floor},
+                          {"anchors", floor.anchors},
+                          {"head_map", floor.head_map},
+                          {"score", floor.score},
+                          {"normalized_score", floor.normalized_score}};
+  }
   out["importance"] = result.importance;
   out["layer_similarity"] = square(result.layer_similarity, L);
   // head_similarity[a][h'][b][h] = S(a, h' -> b, h); entries with a > b are 0.
@@ -144,7 +189,7 @@ json statistics_json(const CalibrationResult& result, const CalibrationOptions& 
 void write_plots(const CalibrationResult& result, const CalibrationOptions& options, int chosen_anchors,
                  const std::string& model_name, const std::string& dir) {
   const int L = result.n_layers, G = result.n_kv_heads;
-  const AnchorSolution& chosen = result.solution(chosen_anchors);
+  const AnchorSolution& chosen = result.active(chosen_anchors);
   std::vector<std::string> layer_labels;
   for (int l = 0; l < L; ++l) layer_labels.push_back(std::to_string(l));
 

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,8 @@ struct CalibrateArgs {
   int threads = 0;
   int64_t tile = 32;
   int64_t top_k = 32;
+  std::optional<double> reuse_floor;
+  bool choose_given = false;
   bool quiet = false;
 };
 
@@ -70,12 +73,17 @@ std::pair<int, int> parse_anchor_range(const std::string& text) {
           parse_count(std::string_view(text).substr(dots + 2), text)};
 }
 
-void print_summary(const calibration::CalibrationResult& result, int chosen) {
+void print_summary(const calibration::CalibrationResult& result, int choose, std::optional<double> reuse_floor) {
+  const calibration::AnchorSolution& active = result.active(choose);
+  const int chosen = int(active.anchors.size());
   fmt::print("anchors  normalized score  anchor layers\n");
   for (const calibration::AnchorSolution& s : result.solutions)
     fmt::print("{:>7}  {:>16.4f}  {{{}}}{}\n", s.anchors.size(), s.normalized_score, fmt::join(s.anchors, ", "),
-               int(s.anchors.size()) == chosen ? "  <- profile" : "");
-  const calibration::AnchorSolution& active = result.solution(chosen);
+               !reuse_floor && int(s.anchors.size()) == chosen ? "  <- profile" : "");
+  if (reuse_floor)
+    fmt::print("{:>7}  {:>16.4f}  {{{}}}  <- profile: the fewest anchors whose reuse layers keep >= {} of their "
+               "top-k mass\n",
+               chosen, active.normalized_score, fmt::join(active.anchors, ", "), *reuse_floor);
   std::vector<std::string> remapped;
   for (size_t j = 0; j < active.head_map.size(); ++j)
     for (size_t h = 0; h < active.head_map[j].size(); ++h)
@@ -112,9 +120,11 @@ void run_calibrate(const CalibrateArgs& args) {
   options.statistics.top_k = args.top_k;
   options.min_anchors = min_anchors;
   options.max_anchors = max_anchors;
+  options.reuse_floor = args.reuse_floor;
+  if (args.reuse_floor && args.choose_given) fail("give --choose or --reuse-floor, not both");
   const int attention_layers = config.attention_shape().n_layers;
   calibration::validate(options, attention_layers);
-  if (args.choose < min_anchors || args.choose > max_anchors)
+  if (!args.reuse_floor && (args.choose < min_anchors || args.choose > max_anchors))
     fail("--choose {} is outside --anchors {}..{}", args.choose, min_anchors, max_anchors);
   if (args.max_tokens > config.context_length)
     fail("--max-tokens {} exceeds the model's context of {} tokens", args.max_tokens, config.context_length);
@@ -173,7 +183,7 @@ void run_calibrate(const CalibrateArgs& args) {
   outputs.commit();
 
   if (args.quiet) return;
-  print_summary(result, args.choose);
+  print_summary(result, args.choose, args.reuse_floor);
   fmt::print(stderr, "wrote {}{}{} in {}\n", args.out, args.stats.empty() ? "" : ", " + args.stats,
              args.plots.empty() ? "" : ", pictures in " + args.plots, format_duration(clock.seconds()));
 }
@@ -191,7 +201,12 @@ void register_calibrate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--anchors", args->anchors, "Anchor counts to solve for: FIRST..LAST or N")->capture_default_str();
   cmd->add_option("--choose", args->choose, "Anchor count whose solution the profile activates")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([args](const std::string&) { args->choose_given = true; });
+  cmd->add_option("--reuse-floor", args->reuse_floor,
+                  "Instead of --choose: the fewest anchors such that every reuse layer keeps at least this share of "
+                  "its own top-k attention mass on its anchor's keys (0-1; the profile says each layer's share)")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("-o,--out", args->out, "Profile to write (JSON)")->required();
   cmd->add_option("--plots", args->plots, "Directory for PNG pictures");
   cmd->add_option("--stats", args->stats, "Also write every statistic (JSON)");

@@ -64,6 +64,25 @@ void validate_profile(const KascadeProfile& profile, const Shape& shape) {
   for (size_t i = 0; i < profile.dp_scores.size(); ++i)
     for (int a : profile.dp_scores[i].anchors)
       if (a < 0 || a >= L) fail("profile: dp_scores[{}] names layer {} outside [0, {})", i, a, L);
+  if (!profile.roles.empty()) {
+    if (int(profile.roles.size()) != L)
+      fail("profile: roles has {} entries, expected one per layer ({})", profile.roles.size(), L);
+    int anchor = 0;  // the last anchor <= j
+    for (int j = 0; j < L; ++j) {
+      const LayerRole& role = profile.roles[size_t(j)];
+      const bool is_anchor = std::binary_search(profile.anchors.begin(), profile.anchors.end(), j);
+      if (is_anchor) anchor = j;
+      if (role.anchor != is_anchor)
+        fail("profile: roles[{}] says {} but layer {} is {}an anchor", j, role.anchor ? "anchor" : "reuse", j,
+             is_anchor ? "" : "not ");
+      if (role.reads != anchor) fail("profile: roles[{}] reads layer {}, but its anchor is layer {}", j, role.reads, anchor);
+      if (role.keeps && !(*role.keeps >= 0 && *role.keeps <= 1))
+        fail("profile: roles[{}].keeps = {} is not a share in [0, 1]", j, *role.keeps);
+    }
+  }
+  if (profile.calibration.reuse_floor &&
+      !(*profile.calibration.reuse_floor >= 0 && *profile.calibration.reuse_floor <= 1))
+    fail("profile: calibration.reuse_floor = {} is not a share in [0, 1]", *profile.calibration.reuse_floor);
 }
 
 KascadeProfile default_profile(const Shape& shape) {
@@ -96,6 +115,7 @@ json profile_to_json(const KascadeProfile& profile) {
                         {"selected_keys", c.selected_keys},
                         {"tile", c.tile},
                         {"seed", c.seed}};
+  if (c.reuse_floor) out["calibration"]["reuse_floor"] = *c.reuse_floor;
   out["anchors"] = profile.anchors;
   out["head_map"] = profile.head_map;
   if (!profile.similarity.empty()) out["similarity"] = profile.similarity;
@@ -106,6 +126,17 @@ json profile_to_json(const KascadeProfile& profile) {
       scores.push_back(
           {{"n_anchors", choice.n_anchors}, {"score", choice.score}, {"anchors", choice.anchors}});
     out["dp_scores"] = scores;
+  }
+  if (!profile.roles.empty()) {
+    json roles = json::array();
+    for (size_t j = 0; j < profile.roles.size(); ++j) {
+      const LayerRole& role = profile.roles[j];
+      json entry = {{"layer", j}, {"role", role.anchor ? "anchor" : "reuse"}, {"reads", role.reads}};
+      if (role.keeps) entry["keeps"] = *role.keeps;
+      entry["why"] = role.why;
+      roles.push_back(entry);
+    }
+    out["roles"] = roles;
   }
   return out;
 }
@@ -204,6 +235,7 @@ KascadeProfile profile_from_json(const json& in, std::string_view source) {
     s.selected_keys = reader.optional<int64_t>(c, "selected_keys", "calibration", s.selected_keys);
     s.tile = reader.optional<int64_t>(c, "tile", "calibration", s.tile);
     s.seed = reader.optional<uint64_t>(c, "seed", "calibration", s.seed);
+    if (c.contains("reuse_floor")) s.reuse_floor = reader.get<double>(c, "reuse_floor", "calibration");
   }
   profile.anchors = reader.get<std::vector<int>>(in, "anchors", "profile");
   profile.head_map = reader.get<std::vector<std::vector<int>>>(in, "head_map", "profile");
@@ -218,6 +250,23 @@ KascadeProfile profile_from_json(const json& in, std::string_view source) {
       profile.dp_scores.push_back({reader.get<int>(scores[i], "n_anchors", path),
                                    reader.get<double>(scores[i], "score", path),
                                    reader.get<std::vector<int>>(scores[i], "anchors", path)});
+    }
+  }
+  if (in.contains("roles")) {
+    const json& roles = in["roles"];
+    if (!roles.is_array()) fail("{}: field profile.roles is not an array", source);
+    for (size_t j = 0; j < roles.size(); ++j) {
+      const std::string path = "roles[" + std::to_string(j) + "]";
+      if (reader.get<size_t>(roles[j], "layer", path) != j) fail("{}: field {}.layer must be {}", source, path, j);
+      const std::string role = reader.get<std::string>(roles[j], "role", path);
+      if (role != "anchor" && role != "reuse")
+        fail("{}: field {}.role is '{}', not anchor or reuse", source, path, role);
+      LayerRole entry;
+      entry.anchor = role == "anchor";
+      entry.reads = reader.get<int>(roles[j], "reads", path);
+      if (roles[j].contains("keeps")) entry.keeps = reader.get<double>(roles[j], "keeps", path);
+      entry.why = reader.get<std::string>(roles[j], "why", path);
+      profile.roles.push_back(std::move(entry));
     }
   }
   return profile;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,21 @@ struct CalibrationSettings {
   int64_t selected_keys = 32;   // calibration budget (keys kept per selection)
   int64_t tile = 32;            // prefill query tile
   uint64_t seed = 0;
+  // Set when the anchors are the fewest that let every reuse layer keep at
+  // least this share of its own top-k mass (calibrate --reuse-floor).
+  std::optional<double> reuse_floor;
+};
+
+// Why a layer selects its own keys or reuses an anchor's (the profile says so
+// for each layer; calibration writes it, nothing reads it to run).
+struct LayerRole {
+  bool anchor = false;
+  int reads = 0;           // the anchor whose sets the layer reads: itself on anchors
+  // The share of its own top-k mass the layer keeps on the previous anchor's
+  // sets, sim(a, j): what reuse keeps on a reuse layer, what it would have
+  // kept on an anchor (absent on layer 0).
+  std::optional<double> keeps;
+  std::string why;
 };
 
 // The dynamic programme's best anchor set for one anchor count.
@@ -51,12 +67,14 @@ struct KascadeProfile {
   std::vector<std::vector<double>> similarity;  // [a][b]: sim(a, b), a <= b
   std::vector<double> importance;               // [layer]: w_b
   std::vector<AnchorChoice> dp_scores;          // one per anchor count tried
+  std::vector<LayerRole> roles;                 // [layer], or empty
 };
 
 // Throws Error unless the profile fits the shape: anchors ascending, unique,
 // starting at 0, inside [0, n_layers); head_map n_layers x n_kv_heads with
 // entries in [0, n_kv_heads), identity on anchor layers; statistics sized to
-// the layer count when present; model identity matching the shape.
+// the layer count when present; roles, when present, one per layer and
+// agreeing with the anchors; model identity matching the shape.
 void validate_profile(const KascadeProfile& profile, const Shape& shape);
 
 // Evenly spread anchors round(i * n_layers / 5), i < 5 (fewer when the model
