@@ -172,7 +172,7 @@ void check(KvType kv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  kascade::ops::use_short_spin_waits(argv);
+  kascade::ops::prepare_environment(argv);
   CLI::App app("Attention time per layer type, dense vs Kascade");
   std::vector<int64_t> contexts{2048, 4096, 8192};
   double percent = 10;

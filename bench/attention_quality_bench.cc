@@ -52,7 +52,7 @@ class Collector final : public attention::Observer {
 }  // namespace
 
 int main(int argc, char** argv) {
-  kascade::ops::use_short_spin_waits(argv);
+  kascade::ops::prepare_environment(argv);
   CLI::App app{"Per-layer kept attention mass and output error vs dense, per strategy"};
   std::string model_path = default_model_path();
   // Debian prose, the haystack that `kascade eval` fills its prompts with.

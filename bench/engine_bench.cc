@@ -38,7 +38,7 @@ double median(std::vector<double> values) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ops::use_short_spin_waits(argv);
+  ops::prepare_environment(argv);
   CLI::App app{"End-to-end prefill and batched decode speed of the CPU or GPU engine"};
   std::string model_path = default_model_path(), device = "auto", profile_path;
   std::vector<int64_t> contexts = {1024, 8192};

@@ -92,7 +92,7 @@ double read_rows(const uint8_t* cache, size_t layer_bytes, const Layout& layout,
 }  // namespace
 
 int main(int argc, char** argv) {
-  kascade::ops::use_short_spin_waits(argv);
+  kascade::ops::prepare_environment(argv);
   CLI::App app{"Random-row gather vs streaming of a decode KV cache (memory only)"};
   int64_t context = 8192;
   double percent = 10;

@@ -73,7 +73,7 @@ Measurement run_once(const model::Model& model, const AttentionOptions& options,
 }  // namespace
 
 int main(int argc, char** argv) {
-  kascade::ops::use_short_spin_waits(argv);
+  kascade::ops::prepare_environment(argv);
   CLI::App app{"Whole-model prefill/decode throughput per prompt length and attention strategy"};
   std::string model_path = default_model_path();
   std::vector<int64_t> lengths = {512, 2048, 8000};

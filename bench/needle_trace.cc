@@ -156,7 +156,7 @@ double softmax_probability(std::span<const float> logits, int32_t token) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ops::use_short_spin_waits(argv);
+  ops::prepare_environment(argv);
   CLI::App app{"Per-layer needle mass kept by each strategy while the answer is teacher-forced"};
   std::string model_path = default_model_path();
   std::string haystack_path = std::string(KASCADE_SOURCE_DIR) + "/data/haystack/haystack.txt";

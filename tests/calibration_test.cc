@@ -54,17 +54,24 @@ Problem random_problem(int n, std::mt19937& rng) {
   return p;
 }
 
-// The best objective over every anchor set of size m containing layer 0.
-double brute_force_best(const Problem& p, int m) {
-  const int n = int(p.weights.size());
-  double best = -std::numeric_limits<double>::infinity();
+// Calls visit(anchors) for every anchor set of size m over n layers that contains layer 0.
+template <typename Visit>
+void for_each_anchor_set(int n, int m, const Visit& visit) {
   for (uint32_t mask = 0; mask < (1u << (n - 1)); ++mask) {
     if (std::popcount(mask) != m - 1) continue;
     std::vector<int> anchors{0};
     for (int j = 1; j < n; ++j)
       if (mask & (1u << (j - 1))) anchors.push_back(j);
-    best = std::max(best, anchor_objective(p.sim, p.weights, anchors));
+    visit(anchors);
   }
+}
+
+// The best objective over every anchor set of size m containing layer 0.
+double brute_force_best(const Problem& p, int m) {
+  double best = -std::numeric_limits<double>::infinity();
+  for_each_anchor_set(int(p.weights.size()), m, [&](const std::vector<int>& anchors) {
+    best = std::max(best, anchor_objective(p.sim, p.weights, anchors));
+  });
   return best;
 }
 
@@ -122,16 +129,12 @@ std::pair<int, double> brute_force_fewest_above(const Problem& p, double floor) 
   const int n = int(p.weights.size());
   for (int m = 1; m <= n; ++m) {
     double best = -std::numeric_limits<double>::infinity();
-    for (uint32_t mask = 0; mask < (1u << (n - 1)); ++mask) {
-      if (std::popcount(mask) != m - 1) continue;
-      std::vector<int> anchors{0};
-      for (int j = 1; j < n; ++j)
-        if (mask & (1u << (j - 1))) anchors.push_back(j);
+    for_each_anchor_set(n, m, [&](const std::vector<int>& anchors) {
       const std::vector<int> owner = anchor_of_each_layer(n, anchors);
       bool qualifies = true;
       for (int j = 0; j < n; ++j) qualifies &= owner[size_t(j)] == j || p.sim[size_t(owner[size_t(j)]) * n + j] >= floor;
       if (qualifies) best = std::max(best, anchor_objective(p.sim, p.weights, anchors));
-    }
+    });
     if (best > -std::numeric_limits<double>::infinity()) return {m, best};
   }
   return {0, 0.0};

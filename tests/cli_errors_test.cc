@@ -129,7 +129,7 @@ TEST_F(CliErrors, MissingModelFile) {
 }
 
 // Without OMP_WAIT_POLICY or GOMP_SPINCOUNT the program re-executes itself
-// with a short spin count (ops::use_short_spin_waits): the arguments, the
+// with a short spin count (ops::prepare_environment): the arguments, the
 // errors and the generated text stay what they are without the re-execution.
 TEST_F(CliErrors, ShortSpinReexecutionKeepsTheRun) {
   const std::vector<std::string> unset{"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"};

@@ -56,7 +56,7 @@ int report(const std::string& line, int status) {
 
 int main(int argc, char** argv) {
   occupy_closed_standard_streams();
-  kascade::ops::use_short_spin_waits(argv);
+  kascade::ops::prepare_environment(argv);
   kascade::gguf::report_truncated_files_on_sigbus();
   CLI::App app{"kascade: long-context LLM inference with Kascade sparse attention"};
   app.require_subcommand(1);
