@@ -68,7 +68,9 @@ std::vector<float> random_activations(size_t count, std::mt19937& rng) {
 using Product = void (*)(const Weight&, const float*, int64_t, float*);
 
 void check_type(TensorType type, int64_t n_tokens, Product product = matmul) {
-  constexpr int64_t kRows = 67, kCols = 256;
+  // Three 256-value groups for the K-quants: chains and groups end unevenly.
+  const bool k_quant = type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
+  const int64_t kRows = 67, kCols = k_quant ? 768 : 256;
   std::mt19937 rng(unsigned(type) * 100 + unsigned(n_tokens));
   const std::vector<uint8_t> data = random_rows(type, kRows, kCols, rng);
   const Weight w{"w", type, data.data(), kRows, kCols, row_bytes(type, kCols)};

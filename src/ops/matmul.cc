@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "quant/dequant.h"
 #include "ops/simd.h"
 
 namespace kascade::ops {
@@ -170,49 +171,139 @@ inline __m128 scale_at(const uint8_t* p, float zero_point) {
   return _mm_setr_ps(d, zero_point * d, 0.0f, 0.0f);
 }
 
-// The legacy block formats (ggml layouts, d and m fp16): each gives its
-// block size, a block's 32 integers as words and its factors: the weight
-// scale d and the factor of the offset term (the minimum m, or the zero
-// point times d).
+// The block formats (ggml layouts). Each row is a run of groups of kBlocks
+// 32-value blocks in kBytes: one block for the legacy formats, eight (256
+// values) for the K-quants. A group's header (its scales) is read once into
+// Factors; then each block gives its 32 integers as words and its factors:
+// the scale of the words and the factor of the offset term (the minimum, or
+// the zero point times d, times the block's activation sum).
 struct Q4_0 {  // {d, qs[16]}
-  static constexpr int kBytes = 18;
-  static BlockWords words(const uint8_t* block) { return unpack_nibbles(block + 2); }
-  static __m128 factors(const uint8_t* block) { return scale_at(block, -8.0f); }
+  static constexpr int kBytes = 18, kBlocks = 1;
+  using Factors = __m128;
+  static Factors factors(const uint8_t* group) { return scale_at(group, -8.0f); }
+  static BlockWords words(const uint8_t* group, int) { return unpack_nibbles(group + 2); }
+  static __m128 block_factors(const Factors& f, int) { return f; }
 };
 
 struct Q4_1 {  // {d, m, qs[16]}
-  static constexpr int kBytes = 20;
-  static BlockWords words(const uint8_t* block) { return unpack_nibbles(block + 4); }
-  static __m128 factors(const uint8_t* block) { return scale_and_min_at(block); }
+  static constexpr int kBytes = 20, kBlocks = 1;
+  using Factors = __m128;
+  static Factors factors(const uint8_t* group) { return scale_and_min_at(group); }
+  static BlockWords words(const uint8_t* group, int) { return unpack_nibbles(group + 4); }
+  static __m128 block_factors(const Factors& f, int) { return f; }
 };
 
 struct Q5_0 {  // {d, qh[4], qs[16]}
-  static constexpr int kBytes = 22;
-  static BlockWords words(const uint8_t* block) { return add_high_bits(unpack_nibbles(block + 6), block + 2); }
-  static __m128 factors(const uint8_t* block) { return scale_at(block, -16.0f); }
+  static constexpr int kBytes = 22, kBlocks = 1;
+  using Factors = __m128;
+  static Factors factors(const uint8_t* group) { return scale_at(group, -16.0f); }
+  static BlockWords words(const uint8_t* group, int) { return add_high_bits(unpack_nibbles(group + 6), group + 2); }
+  static __m128 block_factors(const Factors& f, int) { return f; }
 };
 
 struct Q5_1 {  // {d, m, qh[4], qs[16]}
-  static constexpr int kBytes = 24;
-  static BlockWords words(const uint8_t* block) { return add_high_bits(unpack_nibbles(block + 8), block + 4); }
-  static __m128 factors(const uint8_t* block) { return scale_and_min_at(block); }
+  static constexpr int kBytes = 24, kBlocks = 1;
+  using Factors = __m128;
+  static Factors factors(const uint8_t* group) { return scale_and_min_at(group); }
+  static BlockWords words(const uint8_t* group, int) { return add_high_bits(unpack_nibbles(group + 8), group + 4); }
+  static __m128 block_factors(const Factors& f, int) { return f; }
 };
 
 struct Q8_0 {  // {d, qs[32]}: no offset, but its (zero) term keeps one code path
-  static constexpr int kBytes = 34;
-  static BlockWords words(const uint8_t* block) { return widen_bytes(block + 2); }
-  static __m128 factors(const uint8_t* block) { return scale_at(block, 0.0f); }
+  static constexpr int kBytes = 34, kBlocks = 1;
+  using Factors = __m128;
+  static Factors factors(const uint8_t* group) { return scale_at(group, 0.0f); }
+  static BlockWords words(const uint8_t* group, int) { return widen_bytes(group + 2); }
+  static __m128 block_factors(const Factors& f, int) { return f; }
 };
 
-// Adds a block of a row to the chains of kTokens tokens (entries from `at`):
-// products[i] gets token i's sum over the block times d times its
-// activation scale, `offsets` (lane 2i + 1 for token i) the offset factor
-// times its exact block sum. The block is unpacked once for all of them.
-template <typename Format, int kTokens>
-[[gnu::always_inline]] inline void add_block(const uint8_t* block, const QuantizedTokens& x, int64_t at,
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return bits;
+}
+
+// 32 bytes of nibbles as 32 words: the low nibbles (shift 0) or the high ones (shift 4).
+inline BlockWords nibbles_of_32_bytes(const uint8_t* bytes, int shift) {
+  const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
+  const __m256i values = _mm256_and_si256(_mm256_srli_epi16(packed, shift), _mm256_set1_epi8(0x0f));
+  return {_mm256_cvtepu8_epi16(_mm256_castsi256_si128(values)), _mm256_cvtepu8_epi16(_mm256_extracti128_si256(values, 1))};
+}
+
+// Q4_K and Q5_K: {d, dmin, scales[12], (Q5_K: qh[32]), qs[128]}; block j's
+// value is (d scale_j) q - dmin min_j, its nibbles the low (j even) or high
+// (j odd) halves of the bytes 32 (j / 2) .. 32 (j / 2) + 31 of qs.
+struct KScales {
+  float scales[8], offsets[8];  // d scale_j and -dmin min_j
+};
+inline KScales k_scales(const uint8_t* group) {
+  KScales f;
+  quant::unpack_k_scales(group + 4, fp16_to_fp32(load_u16(group)), fp16_to_fp32(load_u16(group + 2)), f.scales,
+                         f.offsets);
+  for (float& offset : f.offsets) offset = -offset;
+  return f;
+}
+
+struct Q4_K {
+  static constexpr int kBytes = 144, kBlocks = 8;
+  using Factors = KScales;
+  static Factors factors(const uint8_t* group) { return k_scales(group); }
+  static BlockWords words(const uint8_t* group, int j) { return nibbles_of_32_bytes(group + 16 + 32 * (j / 2), 4 * (j % 2)); }
+  static __m128 block_factors(const Factors& f, int j) { return _mm_setr_ps(f.scales[j], f.offsets[j], 0.0f, 0.0f); }
+};
+
+struct Q5_K {  // bit j of qh byte l is the fifth bit of value l of block j
+  static constexpr int kBytes = 176, kBlocks = 8;
+  using Factors = KScales;
+  static Factors factors(const uint8_t* group) { return k_scales(group); }
+  static BlockWords words(const uint8_t* group, int j) {
+    const BlockWords low = nibbles_of_32_bytes(group + 48 + 32 * (j / 2), 4 * (j % 2));
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 16));
+    const __m256i fifth = _mm256_and_si256(_mm256_srli_epi16(bits, j), _mm256_set1_epi8(1));
+    const __m256i sixteens = _mm256_slli_epi16(fifth, 4);  // 0 or 16 per byte: no carry into the next byte
+    return {_mm256_or_si256(low.low, _mm256_cvtepu8_epi16(_mm256_castsi256_si128(sixteens))),
+            _mm256_or_si256(low.high, _mm256_cvtepu8_epi16(_mm256_extracti128_si256(sixteens, 1)))};
+  }
+  static __m128 block_factors(const Factors& f, int j) { return _mm_setr_ps(f.scales[j], f.offsets[j], 0.0f, 0.0f); }
+};
+
+// Q6_K: {ql[128], qh[64], scales[16] int8, d}; block j (32 values) takes its
+// low nibbles from bytes 64 (j / 4) + 32 (j % 2) of ql (low halves for
+// j % 4 < 2, high ones after), its top two bits from bits 2 (j % 4) of qh
+// bytes 128 + 32 (j / 4); value = d scale (q - 32), scale 2j for values
+// 0-15 and 2j + 1 for 16-31. The words carry scale (q - 32) (at most 4,096
+// in magnitude), the factor is d.
+struct Q6_K {
+  static constexpr int kBytes = 210, kBlocks = 8;
+  using Factors = __m128;
+  static Factors factors(const uint8_t* group) { return _mm_setr_ps(fp16_to_fp32(load_u16(group + 208)), 0, 0, 0); }
+  static BlockWords words(const uint8_t* group, int j) {
+    const int quarter = j % 4;
+    const __m256i low = _mm256_and_si256(
+        _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 64 * (j / 4) + 32 * (quarter % 2))),
+                          4 * (quarter / 2)),
+        _mm256_set1_epi8(0x0f));
+    const __m256i high = _mm256_and_si256(
+        _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 128 + 32 * (j / 4))), 2 * quarter),
+        _mm256_set1_epi8(3));
+    const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));  // 0..63 per byte
+    const __m256i centered_low = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(q)), _mm256_set1_epi16(32));
+    const __m256i centered_high =
+        _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(q, 1)), _mm256_set1_epi16(32));
+    const int8_t* scales = reinterpret_cast<const int8_t*>(group + 192);
+    return {_mm256_mullo_epi16(centered_low, _mm256_set1_epi16(scales[2 * j])),
+            _mm256_mullo_epi16(centered_high, _mm256_set1_epi16(scales[2 * j + 1]))};
+  }
+  static __m128 block_factors(const Factors& f, int) { return f; }
+};
+
+// Adds a block to the chains of kTokens tokens (entries from `at`):
+// products[i] gets token i's sum over the block times the block's scale
+// times its activation scale, `offsets` (lane 2i + 1 for token i) the offset
+// factor times its exact block sum. The block is unpacked once for all of them.
+template <int kTokens>
+[[gnu::always_inline]] inline void add_block(const BlockWords& q, __m128 factors, const QuantizedTokens& x, int64_t at,
                                              __m256 (&products)[kTokens], __m256& offsets) {
-  const BlockWords q = Format::words(block);
-  const __m128 factors = Format::factors(block);
   const __m256 d = _mm256_broadcastss_ps(factors);
   // (d * scale, offset factor * sum) for each token (lanes past kTokens
   // hold the next entries' or zeros: unused).
@@ -245,20 +336,25 @@ template <typename Format, int kTokens>
 template <typename Format, int kTokens>
 void row_dots(const uint8_t* row, const QuantizedTokens& x, int64_t first, float* out, int64_t out_stride) {
   static_assert(kTokens >= 1 && kTokens <= 4);
-  __m256 even[kTokens], odd[kTokens];
-  for (int i = 0; i < kTokens; ++i) even[i] = odd[i] = _mm256_setzero_ps();
-  __m256 even_offsets = _mm256_setzero_ps(), odd_offsets = _mm256_setzero_ps();
-  const int64_t n_blocks = x.n_blocks, at = x.entry(first, 0, 0);
-  int64_t b = 0;
-  for (; b + 1 < n_blocks; b += 2) {
-    add_block<Format, kTokens>(row + b * Format::kBytes, x, at + b * kTokens, even, even_offsets);
-    add_block<Format, kTokens>(row + (b + 1) * Format::kBytes, x, at + (b + 1) * kTokens, odd, odd_offsets);
+  __m256 chains[2][kTokens], chain_offsets[2];
+  for (int c = 0; c < 2; ++c) {
+    for (int i = 0; i < kTokens; ++i) chains[c][i] = _mm256_setzero_ps();
+    chain_offsets[c] = _mm256_setzero_ps();
   }
-  if (b < n_blocks) add_block<Format, kTokens>(row + b * Format::kBytes, x, at + b * kTokens, even, even_offsets);
+  const int64_t n_groups = x.n_blocks / Format::kBlocks, at = x.entry(first, 0, 0);
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const uint8_t* group = row + g * Format::kBytes;
+    const typename Format::Factors factors = Format::factors(group);
+    for (int j = 0; j < Format::kBlocks; ++j) {
+      const int64_t b = g * Format::kBlocks + j;
+      add_block<kTokens>(Format::words(group, j), Format::block_factors(factors, j), x, at + b * kTokens,
+                         chains[b % 2], chain_offsets[b % 2]);
+    }
+  }
   alignas(32) float offsets[8];
-  _mm256_store_ps(offsets, _mm256_add_ps(even_offsets, odd_offsets));
+  _mm256_store_ps(offsets, _mm256_add_ps(chain_offsets[0], chain_offsets[1]));
   for (int i = 0; i < kTokens; ++i)
-    out[i * out_stride] = horizontal_sum(_mm256_add_ps(even[i], odd[i])) + offsets[2 * i + 1];
+    out[i * out_stride] = horizontal_sum(_mm256_add_ps(chains[0][i], chains[1][i])) + offsets[2 * i + 1];
 }
 
 // Rows per work item of the matrix-vector path: enough to amortise
@@ -298,8 +394,7 @@ void matvec_blocks(const Weight& w, const float* in, int64_t n_tokens, float* ou
   }
 }
 
-// Float weights and the K-quants: each row dequantized once, then an fp32
-// dot with every token.
+// Float weights: each row (dequantized from fp16 or bf16) dotted in fp32 with every token.
 void matvec_float(const Weight& w, const float* in, int64_t n_tokens, float* out) {
   const int64_t n_tasks = (w.rows + kRowsPerTask - 1) / kRowsPerTask;
 #pragma omp parallel
@@ -363,6 +458,9 @@ void matmul_per_token(const Weight& w, const float* in, int64_t n_tokens, float*
     case TensorType::Q5_0: return matvec_blocks<Q5_0>(w, in, n_tokens, out);
     case TensorType::Q5_1: return matvec_blocks<Q5_1>(w, in, n_tokens, out);
     case TensorType::Q8_0: return matvec_blocks<Q8_0>(w, in, n_tokens, out);
+    case TensorType::Q4_K: return matvec_blocks<Q4_K>(w, in, n_tokens, out);
+    case TensorType::Q5_K: return matvec_blocks<Q5_K>(w, in, n_tokens, out);
+    case TensorType::Q6_K: return matvec_blocks<Q6_K>(w, in, n_tokens, out);
     default: return matvec_float(w, in, n_tokens, out);
   }
 }
