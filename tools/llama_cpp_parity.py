@@ -12,8 +12,9 @@ repository):
   greedy     prompts of increasing length cut from data/haystack/haystack.txt,
              each continued greedily by both engines (dense attention, f16 KV):
              the tokens must agree up to a near-tie, and the logits of every
-             step both engines reached with the same tokens must agree within
-             --tolerance of the step's largest |logit|. A near-tie is a step
+             step both engines reached with the same tokens must agree: the
+             largest difference within --tolerance, the RMS difference within
+             --rms-tolerance of the step's largest |logit|. A near-tie is a step
              where llama.cpp's two best logits are closer than twice the
              largest logit difference measured so far; the comparison of that
              prompt stops there.
@@ -174,18 +175,18 @@ def check_greedy(args, llm, workdir):
                     near_tie = f"DIVERGED at step {step} (gap {top2[1] - top2[0]:.3f})"
                     ok = False
                 break
-        if worst > args.tolerance:
+        if worst > args.tolerance or worst_rms > args.rms_tolerance:
             ok = False
         rows.append((len(prompt), compared, sum(a == b for a, b in zip(ours, theirs)), worst, worst_rms,
                      near_tie or "tokens equal", our_seconds, their_seconds))
     print(f"\n## Greedy continuation: {args.steps} tokens per prompt, dense attention, f16 KV, "
           f"{args.threads} threads\n")
-    print("| prompt tokens | steps compared | equal tokens | max abs diff / max abs logit | RMS diff / max abs logit"
-          " | tokens | kascade s | llama.cpp s |")
+    print(f"| prompt tokens | steps compared | equal positions of {args.steps} | max abs diff / max abs logit"
+          " | RMS diff / max abs logit | tokens | kascade wall s (process) | llama.cpp wall s |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.4f} | {r[4]:.5f} | {r[5]} | {r[6]:.1f} | {r[7]:.1f} |")
-    print(f"\ntolerance: max abs diff <= {args.tolerance} of the step's max abs logit")
+    print(f"\ntolerance: max abs diff <= {args.tolerance}, RMS diff <= {args.rms_tolerance} of the step's max abs logit")
     return ok
 
 
@@ -198,7 +199,11 @@ def main():
                         default=[100, 250, 500, 1000, 1500, 2000, 3000, 4000, 6000, 8000])
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--tolerance", type=float, default=0.05)
+    # llama.cpp multiplies K-quant weights with 8-bit activations (Q8_K), ours
+    # keep fp32-level activations: a few percent at the largest logit
+    # differences, under 1 % in RMS (docs/parity.md).
+    parser.add_argument("--tolerance", type=float, default=0.06)
+    parser.add_argument("--rms-tolerance", type=float, default=0.015)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip", choices=["tokenizer", "greedy"], action="append", default=[])
     args = parser.parse_args()

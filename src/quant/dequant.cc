@@ -17,26 +17,6 @@
 #include "core/half.h"
 
 namespace kascade::quant {
-
-// Q4_K and Q5_K pack 8 six-bit scales and 8 six-bit mins into 12 bytes:
-// bytes 0-3 hold scales 0-3 and bytes 4-7 mins 0-3 in their low 6 bits; the
-// top 2 bits of those bytes are the high bits of scales/mins 4-7, whose low
-// 4 bits sit in the nibbles of bytes 8-11.
-void unpack_k_scales(const uint8_t* packed, float d, float dmin, float* scales, float* mins) {
-  for (int j = 0; j < 8; ++j) {
-    int scale, min;
-    if (j < 4) {
-      scale = packed[j] & 63;
-      min = packed[j + 4] & 63;
-    } else {
-      scale = (packed[j + 4] & 0x0f) | ((packed[j - 4] >> 6) << 4);
-      min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
-    }
-    scales[j] = d * float(scale);
-    mins[j] = dmin * float(min);
-  }
-}
-
 namespace {
 
 static_assert(std::endian::native == std::endian::little,
@@ -137,6 +117,26 @@ void q8_0_scalar(const uint8_t* __restrict src, float* __restrict dst, int64_t n
     const float d = load_fp16(src);
     const int8_t* qs = reinterpret_cast<const int8_t*>(src + 2);
     for (int j = 0; j < 32; ++j) dst[j] = float(qs[j]) * d;
+  }
+}
+
+// Q4_K and Q5_K pack 8 six-bit scales and 8 six-bit mins into 12 bytes:
+// bytes 0-3 hold scales 0-3 and bytes 4-7 mins 0-3 in their low 6 bits; the
+// top 2 bits of those bytes are the high bits of scales/mins 4-7, whose low
+// 4 bits sit in the nibbles of bytes 8-11. Yields d * scale and dmin * min
+// for each 32-value sub-block.
+void unpack_k_scales(const uint8_t* packed, float d, float dmin, float* scales, float* mins) {
+  for (int j = 0; j < 8; ++j) {
+    int scale, min;
+    if (j < 4) {
+      scale = packed[j] & 63;
+      min = packed[j + 4] & 63;
+    } else {
+      scale = (packed[j + 4] & 0x0f) | ((packed[j - 4] >> 6) << 4);
+      min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
+    }
+    scales[j] = d * float(scale);
+    mins[j] = dmin * float(min);
   }
 }
 
