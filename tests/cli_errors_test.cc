@@ -447,6 +447,13 @@ TEST_F(CliErrorsOnModel, PromptOfBytesWithoutTokens) {
                {"the prompt (1 byte) gives no tokens: the vocabulary has no token for its bytes (it is not valid UTF-8)"});
 }
 
+// --logits-out keeps its rows in memory: a run that could make more than 1 GiB of them is refused.
+TEST_F(CliErrorsOnModel, LogitsOutBeyondItsMemoryBound) {
+  expect_error(run({"generate", "-p", "hi", "-n", "6000", "--logits-out", path("logits.f32")}),
+               {"--logits-out would hold up to 6001 rows of 49152 logits", "fewer tokens with -n"});
+  EXPECT_FALSE(fs::exists(path("logits.f32")));
+}
+
 TEST_F(CliErrorsOnModel, ProfileForOtherWeights) {
   json shipped = json::parse(read_bytes(kShippedProfile));
   shipped["weights_fingerprint"] = "fnv1a64:0123456789abcdef";

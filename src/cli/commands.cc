@@ -136,6 +136,13 @@ void run_generate(const GenerateArgs& args) {
     fail("prompt of {} tokens plus {} new tokens exceeds the model's context of {} tokens", n_prompt,
          args.max_tokens, config.context_length);
   const int64_t capacity = args.context > 0 ? args.context : n_prompt + std::max<int64_t>(args.max_tokens, 1);
+  // --logits-out holds every row in memory until the run ends (the file is written all or nothing).
+  constexpr uint64_t kMaxLogitsBytes = uint64_t(1) << 30;
+  const uint64_t logits_rows = uint64_t(std::min(args.max_tokens, capacity - n_prompt)) + 1;
+  if (!args.logits_out.empty() && logits_rows * uint64_t(config.vocab_size) * sizeof(float) > kMaxLogitsBytes)
+    fail("--logits-out would hold up to {} rows of {} logits ({} bytes, more than {} MiB): ask for fewer tokens with -n",
+         logits_rows, config.vocab_size, logits_rows * uint64_t(config.vocab_size) * sizeof(float),
+         kMaxLogitsBytes >> 20);
 
   AttentionOptions strategy_options = args.attention;
   if (strategy_options.kascade())
