@@ -13,7 +13,6 @@
 
 #include "core/error.h"
 #include "core/half.h"
-#include "quant/dequant.h"
 #include "ops/simd.h"
 
 namespace kascade::ops {
@@ -177,44 +176,41 @@ inline __m128 scale_at(const uint8_t* p, float zero_point) {
 // Factors; then each block gives its 32 integers as words and its factors:
 // the scale of the words and the factor of the offset term (the minimum, or
 // the zero point times d, times the block's activation sum).
-struct Q4_0 {  // {d, qs[16]}
-  static constexpr int kBytes = 18, kBlocks = 1;
+// The legacy formats: one block a group, whose factors are the group's.
+struct OneBlock {
+  static constexpr int kBlocks = 1;
   using Factors = __m128;
+  static __m128 block_factors(const Factors& f, int) { return f; }
+};
+
+struct Q4_0 : OneBlock {  // {d, qs[16]}
+  static constexpr int kBytes = 18;
   static Factors factors(const uint8_t* group) { return scale_at(group, -8.0f); }
   static BlockWords words(const uint8_t* group, int) { return unpack_nibbles(group + 2); }
-  static __m128 block_factors(const Factors& f, int) { return f; }
 };
 
-struct Q4_1 {  // {d, m, qs[16]}
-  static constexpr int kBytes = 20, kBlocks = 1;
-  using Factors = __m128;
+struct Q4_1 : OneBlock {  // {d, m, qs[16]}
+  static constexpr int kBytes = 20;
   static Factors factors(const uint8_t* group) { return scale_and_min_at(group); }
   static BlockWords words(const uint8_t* group, int) { return unpack_nibbles(group + 4); }
-  static __m128 block_factors(const Factors& f, int) { return f; }
 };
 
-struct Q5_0 {  // {d, qh[4], qs[16]}
-  static constexpr int kBytes = 22, kBlocks = 1;
-  using Factors = __m128;
+struct Q5_0 : OneBlock {  // {d, qh[4], qs[16]}
+  static constexpr int kBytes = 22;
   static Factors factors(const uint8_t* group) { return scale_at(group, -16.0f); }
   static BlockWords words(const uint8_t* group, int) { return add_high_bits(unpack_nibbles(group + 6), group + 2); }
-  static __m128 block_factors(const Factors& f, int) { return f; }
 };
 
-struct Q5_1 {  // {d, m, qh[4], qs[16]}
-  static constexpr int kBytes = 24, kBlocks = 1;
-  using Factors = __m128;
+struct Q5_1 : OneBlock {  // {d, m, qh[4], qs[16]}
+  static constexpr int kBytes = 24;
   static Factors factors(const uint8_t* group) { return scale_and_min_at(group); }
   static BlockWords words(const uint8_t* group, int) { return add_high_bits(unpack_nibbles(group + 8), group + 4); }
-  static __m128 block_factors(const Factors& f, int) { return f; }
 };
 
-struct Q8_0 {  // {d, qs[32]}: no offset, but its (zero) term keeps one code path
-  static constexpr int kBytes = 34, kBlocks = 1;
-  using Factors = __m128;
+struct Q8_0 : OneBlock {  // {d, qs[32]}: no offset, but its (zero) term keeps one code path
+  static constexpr int kBytes = 34;
   static Factors factors(const uint8_t* group) { return scale_at(group, 0.0f); }
   static BlockWords words(const uint8_t* group, int) { return widen_bytes(group + 2); }
-  static __m128 block_factors(const Factors& f, int) { return f; }
 };
 
 inline uint16_t load_u16(const uint8_t* p) {
@@ -236,26 +232,42 @@ inline BlockWords nibbles_of_32_bytes(const uint8_t* bytes, int shift) {
 struct KScales {
   float scales[8], offsets[8];  // d scale_j and -dmin min_j
 };
+// The 12 bytes of six-bit scales and mins (unpack_k_scales in quant/dequant.cc has the
+// layout) four at a time in 32-bit words: scales 0-3 and mins 0-3 are the low
+// six bits of words a and b, scales and mins 4-7 the nibbles of word c with
+// the top two bits of a and b above them.
 inline KScales k_scales(const uint8_t* group) {
+  uint32_t a, b, c;
+  std::memcpy(&a, group + 4, 4);
+  std::memcpy(&b, group + 8, 4);
+  std::memcpy(&c, group + 12, 4);
+  const uint64_t scales = uint64_t(a & 0x3f3f3f3f) | uint64_t((c & 0x0f0f0f0f) | ((a >> 2) & 0x30303030)) << 32;
+  const uint64_t mins = uint64_t(b & 0x3f3f3f3f) | uint64_t(((c >> 4) & 0x0f0f0f0f) | ((b >> 2) & 0x30303030)) << 32;
+  const auto widen = [](uint64_t bytes, float factor) {
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(bytes)))),
+                         _mm256_set1_ps(factor));
+  };
   KScales f;
-  quant::unpack_k_scales(group + 4, fp16_to_fp32(load_u16(group)), fp16_to_fp32(load_u16(group + 2)), f.scales,
-                         f.offsets);
-  for (float& offset : f.offsets) offset = -offset;
+  _mm256_storeu_ps(f.scales, widen(scales, fp16_to_fp32(load_u16(group))));
+  _mm256_storeu_ps(f.offsets, widen(mins, -fp16_to_fp32(load_u16(group + 2))));
   return f;
 }
 
-struct Q4_K {
-  static constexpr int kBytes = 144, kBlocks = 8;
+// Q4_K and Q5_K: eight blocks a group, each with its scale and offset factor.
+struct EightScaledBlocks {
+  static constexpr int kBlocks = 8;
   using Factors = KScales;
   static Factors factors(const uint8_t* group) { return k_scales(group); }
-  static BlockWords words(const uint8_t* group, int j) { return nibbles_of_32_bytes(group + 16 + 32 * (j / 2), 4 * (j % 2)); }
   static __m128 block_factors(const Factors& f, int j) { return _mm_setr_ps(f.scales[j], f.offsets[j], 0.0f, 0.0f); }
 };
 
-struct Q5_K {  // bit j of qh byte l is the fifth bit of value l of block j
-  static constexpr int kBytes = 176, kBlocks = 8;
-  using Factors = KScales;
-  static Factors factors(const uint8_t* group) { return k_scales(group); }
+struct Q4_K : EightScaledBlocks {
+  static constexpr int kBytes = 144;
+  static BlockWords words(const uint8_t* group, int j) { return nibbles_of_32_bytes(group + 16 + 32 * (j / 2), 4 * (j % 2)); }
+};
+
+struct Q5_K : EightScaledBlocks {  // bit j of qh byte l is the fifth bit of value l of block j
+  static constexpr int kBytes = 176;
   static BlockWords words(const uint8_t* group, int j) {
     const BlockWords low = nibbles_of_32_bytes(group + 48 + 32 * (j / 2), 4 * (j % 2));
     const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 16));
@@ -264,7 +276,6 @@ struct Q5_K {  // bit j of qh byte l is the fifth bit of value l of block j
     return {_mm256_or_si256(low.low, _mm256_cvtepu8_epi16(_mm256_castsi256_si128(sixteens))),
             _mm256_or_si256(low.high, _mm256_cvtepu8_epi16(_mm256_extracti128_si256(sixteens, 1)))};
   }
-  static __m128 block_factors(const Factors& f, int j) { return _mm_setr_ps(f.scales[j], f.offsets[j], 0.0f, 0.0f); }
 };
 
 // Q6_K: {ql[128], qh[64], scales[16] int8, d}; block j (32 values) takes its
