@@ -500,7 +500,8 @@ int main(int argc, char** argv) {
       for (const int kv_heads : {8, 2})
         for (int batch : {64, 16, 1})
           for (int n : {32768, 131072})
-            decode.push_back({Shape{false, batch, kv_heads == 8 ? 32 : 12, kv_heads, 128, n}, 20});
+            if ((only_n == 0 || n == only_n) && (only_batch == 0 || batch == only_batch))
+              decode.push_back({Shape{false, batch, kv_heads == 8 ? 32 : 12, kv_heads, 128, n}, 20});
     // One KV reservation for all shapes: the largest shape's keys and values
     // (twice for shapes with the chained step).
     auto with_extras = [&](const Shape& shape, int reps) {

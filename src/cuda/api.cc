@@ -27,9 +27,14 @@ constexpr int kMaxHeadsPerDecodeBlock = 16;  // rows of one m16n8k16 tile
 constexpr int kMinKeysPerDenseSplit = 256;
 constexpr int kMinKeysPerSparseSplit = 128;
 // At most this many splits in a dense pass: at batch 1 more only add merge
-// work (dense at 32K / 64K / 128K: 0.051 / 0.082 / 0.140 ms with
-// 128-132 splits, 0.049 / 0.078 / 0.136 with 32).
+// work (8 KV heads, dense at 32K / 64K / 128K: 0.051 / 0.082 / 0.140 ms with
+// 128-132 splits, 0.049 / 0.078 / 0.136 with 32) ...
 constexpr int64_t kMaxDenseSplits = 32;
+// ... unless the pass would then have fewer blocks than this: with 2 KV heads
+// (Qwen2.5-1.5B) 32 splits are 64 two-warp blocks at batch 1, too few loads
+// in flight for HBM (1.1 TB/s at 32K). (Sparse passes at 32-127 keys a split
+// to reach it measured no faster.)
+constexpr int64_t kMinDenseBlocks = 256;
 
 // A/B switches for device runs, read once: KASCADE_SCORE_LAYOUT=rows keeps
 // the anchor's raw scores one row per head at every batch, =keys forces
@@ -188,14 +193,15 @@ detail::DecodeParams decode_params(const AttentionArgs& args) {
 // As many key splits as fit the blocks in one wave over every multiprocessor
 // (a partial second wave would cost a whole one), never fewer than the
 // split floor (dense or sparse, above) keys per split and, in dense passes,
-// never more than kMaxDenseSplits.
+// never more than kMaxDenseSplits where that still gives kMinDenseBlocks.
 int plan_splits(const detail::DecodeParams& p, int64_t max_keys, int blocks_per_sm) {
   const int64_t blocks = int64_t(p.batch) * p.n_kv_heads * p.head_blocks;
   const int64_t target = int64_t(detail::multiprocessor_count()) * blocks_per_sm;
   const int64_t wanted = target / blocks;
+  const int64_t max_dense_splits = std::max(kMaxDenseSplits, (kMinDenseBlocks + blocks - 1) / blocks);
   const int64_t min_keys =
       p.indices ? kMinKeysPerSparseSplit
-                : std::max<int64_t>(min_dense_split_keys(), (max_keys + kMaxDenseSplits - 1) / kMaxDenseSplits);
+                : std::max<int64_t>(min_dense_split_keys(), (max_keys + max_dense_splits - 1) / max_dense_splits);
   const int64_t most = std::max<int64_t>(1, (max_keys + min_keys - 1) / min_keys);
   return static_cast<int>(std::clamp<int64_t>(wanted, 1, most));
 }
