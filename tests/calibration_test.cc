@@ -586,13 +586,13 @@ TEST(Calibrate, DefaultModelIsReproducibleAndConsistent) {
 
   // The profile is valid for the model, and its JSON is the same both times.
   const DevSetInfo dev{"test", content_fingerprint("x"), 100};
-  const kascade::KascadeProfile profile = make_profile(first, options, 5, model, dev);
+  const kascade::KascadeProfile profile = make_profile(first, options, 5, model.config(), model.file(), dev);
   EXPECT_NO_THROW(kascade::validate_profile(profile, model.config().attention_shape()));
   EXPECT_EQ(profile.anchors, first.solution(5).anchors);
   EXPECT_EQ(kascade::profile_to_json(profile).dump(),
-            kascade::profile_to_json(make_profile(second, options, 5, model, dev)).dump());
-  EXPECT_EQ(statistics_json(first, options, 5, model, dev).dump(),
-            statistics_json(second, options, 5, model, dev).dump());
+            kascade::profile_to_json(make_profile(second, options, 5, model.config(), model.file(), dev)).dump());
+  EXPECT_EQ(statistics_json(first, options, 5, model.config(), model.file(), dev).dump(),
+            statistics_json(second, options, 5, model.config(), model.file(), dev).dump());
 
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kascade_calibration_test_plots";
   std::filesystem::remove_all(dir);
@@ -620,7 +620,7 @@ TEST(Calibrate, ProfileOfASlidingWindowModelCoversItsGlobalLayers) {
   options.max_anchors = 2;
   const CalibrationResult result = calibrate(model, prompts, options);
   const kascade::KascadeProfile profile =
-      make_profile(result, options, 1, model, DevSetInfo{"test", content_fingerprint("x"), 90});
+      make_profile(result, options, 1, model.config(), model.file(), DevSetInfo{"test", content_fingerprint("x"), 90});
   EXPECT_EQ(profile.model.n_layers, 2);
   EXPECT_EQ(profile.anchors, std::vector<int>{0});
   EXPECT_NO_THROW(kascade::validate_profile(profile, shape));
@@ -637,7 +637,7 @@ TEST(Calibrate, ProfileOfASlidingWindowModelCoversItsGlobalLayers) {
     options.reuse_floor = floor;
     solve_anchors(solved, options);
     const kascade::KascadeProfile floored =
-        make_profile(solved, options, 1, model, DevSetInfo{"test", content_fingerprint("x"), 90});
+        make_profile(solved, options, 1, model.config(), model.file(), DevSetInfo{"test", content_fingerprint("x"), 90});
     EXPECT_NO_THROW(kascade::validate_profile(floored, shape));
     const bool reuse = floor <= keeps;
     EXPECT_EQ(floored.anchors, reuse ? std::vector<int>({0}) : std::vector<int>({0, 1}));

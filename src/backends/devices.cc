@@ -44,16 +44,25 @@ std::string describe_devices() {
   return lines;
 }
 
-std::unique_ptr<Backend> make_backend(std::string_view device, const std::string& path) {
-  if (device == "cpu") return make_cpu_backend(path);
+bool selects_cuda(std::string_view device) {
+  if (device == "cpu") return false;
 #ifdef KASCADE_HAVE_CUDA
-  if (device == "cuda") return gpu::make_cuda_backend(path);
-  if (device == "auto") return gpu::device_available() ? gpu::make_cuda_backend(path) : make_cpu_backend(path);
+  if (device == "cuda") return true;
+  if (device == "auto") return gpu::device_available();
 #else
-  if (device == "auto") return make_cpu_backend(path);
+  if (device == "auto") return false;
   if (device == "cuda") fail("--device cuda: this build has no CUDA support (configure with -DKASCADE_CUDA=ON)");
 #endif
   fail("--device '{}' is not a device (devices: {})", device, supported_devices());
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view device, const std::string& path) {
+#ifdef KASCADE_HAVE_CUDA
+  if (selects_cuda(device)) return gpu::make_cuda_backend(path);
+#else
+  selects_cuda(device);  // throws for cuda and for what is not a device
+#endif
+  return make_cpu_backend(path);
 }
 
 }  // namespace kascade::backends

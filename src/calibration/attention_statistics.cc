@@ -80,11 +80,24 @@ int32_t* CalibrationStrategy::index_set(int layer, int kv_head, int64_t tile_ind
          ((int64_t(layer) * shape_.n_kv_heads + kv_head) * max_tiles_ + tile_index) * settings_.top_k;
 }
 
-void CalibrationStrategy::forward(const attention::Step& step) {
+namespace {
+
+void require_measurable(const attention::Step& step) {
   if (step.phase != attention::Phase::Prefill)
     fail("calibration runs prefill only (layer {} got a decode step)", step.layer);
   if (step.cache.type != attention::KvType::F32) fail("calibration needs an fp32 KV cache");
+}
+
+}  // namespace
+
+void CalibrationStrategy::forward(const attention::Step& step) {
+  require_measurable(step);
   dense_->forward(step);  // validates the step
+  collect(step);
+}
+
+void CalibrationStrategy::observe(const attention::Step& step) {
+  require_measurable(step);
   collect(step);
 }
 

@@ -65,6 +65,9 @@ class CalibrationStrategy final : public attention::Strategy {
   // Dense output, then the statistics of the step's tiles. Prefill only, with
   // an fp32 cache; chunks must start on the tile grid and layers come in order.
   void forward(const attention::Step& step) override;
+  // The statistics alone, of a step another engine attended (the GPU's
+  // prefill, engine::Backend::observe_prefill): the same rules, no output.
+  void observe(const attention::Step& step);
 
   // The statistics since the last reset (complete once every layer has run
   // over the whole prompt).

@@ -12,6 +12,7 @@
 
 #include "calibration/anchor_search.h"
 #include "calibration/attention_statistics.h"
+#include "engine/backend.h"
 #include "model/model.h"
 
 namespace kascade::calibration {
@@ -58,6 +59,11 @@ struct CalibrationResult {
 using CalibrationProgress = std::function<void(int64_t tokens_done)>;
 
 CalibrationResult calibrate(const model::Model& model, std::span<const std::vector<int32_t>> prompts,
+                            const CalibrationOptions& options, const CalibrationProgress& progress = {});
+// The same statistics from an engine that shows its prefill layer by layer
+// (the GPU's, Backend::observe_prefill): it runs the dense model, one prompt
+// in one chunk; the statistics and the programme run here, on the host.
+CalibrationResult calibrate(engine::Backend& backend, std::span<const std::vector<int32_t>> prompts,
                             const CalibrationOptions& options, const CalibrationProgress& progress = {});
 
 // The averaged statistics -> layer similarity, anchor solutions (used by

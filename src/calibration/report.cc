@@ -29,8 +29,7 @@ namespace {
 
 // The shape a profile describes is the strategy's: the global attention
 // layers only, for models that also have sliding-window layers.
-kascade::ModelIdentity identity_of(const model::Model& model) {
-  const model::Config& c = model.config();
+kascade::ModelIdentity identity_of(const model::Config& c) {
   const kascade::Shape shape = c.attention_shape();
   return {c.architecture_name, c.name, shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim};
 }
@@ -98,11 +97,12 @@ std::vector<kascade::LayerRole> layer_roles(const CalibrationResult& result, con
 }  // namespace
 
 kascade::KascadeProfile make_profile(const CalibrationResult& result, const CalibrationOptions& options,
-                                       int chosen_anchors, const model::Model& model, const DevSetInfo& dev_set) {
+                                       int chosen_anchors, const model::Config& config, const gguf::File& file,
+                                       const DevSetInfo& dev_set) {
   const AnchorSolution& chosen = result.active(chosen_anchors);
   kascade::KascadeProfile profile;
-  profile.model = identity_of(model);
-  profile.weights_fingerprint = model::weights_fingerprint(model.file());
+  profile.model = identity_of(config);
+  profile.weights_fingerprint = model::weights_fingerprint(file);
   profile.calibration.dev_set = dev_set.name;
   profile.calibration.n_prompts = result.n_prompts;
   profile.calibration.prompt_tokens =
@@ -122,13 +122,13 @@ kascade::KascadeProfile make_profile(const CalibrationResult& result, const Cali
 }
 
 json statistics_json(const CalibrationResult& result, const CalibrationOptions& options, int chosen_anchors,
-                     const model::Model& model, const DevSetInfo& dev_set) {
+                     const model::Config& config, const gguf::File& file, const DevSetInfo& dev_set) {
   const int L = result.n_layers, G = result.n_kv_heads;
-  const kascade::ModelIdentity m = identity_of(model);
+  const kascade::ModelIdentity m = identity_of(config);
   json out;
   out["model"] = {{"architecture", m.architecture}, {"name", m.name},         {"n_layers", m.n_layers},
                   {"n_heads", m.n_heads},           {"n_kv_heads", m.n_kv_heads}, {"head_dim", m.head_dim}};
-  out["weights_fingerprint"] = model::weights_fingerprint(model.file());
+  out["weights_fingerprint"] = model::weights_fingerprint(file);
   out["dev_set"] = {{"name", dev_set.name},
                     {"fingerprint", dev_set.fingerprint},
                     {"max_tokens", dev_set.max_tokens},

@@ -30,10 +30,12 @@ std::string content_fingerprint(std::string_view bytes);
 // The profile whose active anchors and head map are the solution with
 // `chosen_anchors` anchors; the statistics and every count's DP score ride along.
 kascade::KascadeProfile make_profile(const CalibrationResult& result, const CalibrationOptions& options,
-                                       int chosen_anchors, const model::Model& model, const DevSetInfo& dev_set);
+                                       int chosen_anchors, const model::Config& config, const gguf::File& file,
+                                       const DevSetInfo& dev_set);
 
 nlohmann::json statistics_json(const CalibrationResult& result, const CalibrationOptions& options,
-                               int chosen_anchors, const model::Model& model, const DevSetInfo& dev_set);
+                               int chosen_anchors, const model::Config& config, const gguf::File& file,
+                               const DevSetInfo& dev_set);
 
 // Writes dir/similarity.png (sim(a,b)), importance.png (w_b), sparsity.png
 // (mass kept per layer and KV head at both budgets) and anchor_scores.png (the

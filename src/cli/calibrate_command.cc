@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "backends/devices.h"
 #include "calibration/calibrate.h"
 #include "calibration/dev_set.h"
 #include "calibration/report.h"
@@ -46,6 +47,7 @@ struct CalibrateArgs {
   std::string out;
   std::string plots;
   std::string stats;
+  std::string device = "auto";
   int threads = 0;
   int64_t tile = 32;
   int64_t top_k = 32;
@@ -113,8 +115,16 @@ void run_calibrate(const CalibrateArgs& args) {
     fail("--prompts {} but dev set '{}' holds {} documents", args.prompts, args.dev_set, documents.size());
   if (args.prompts > 0) documents.resize(size_t(args.prompts));
 
-  const model::Model model = model::Model::load(args.model);
-  const model::Config& config = model.config();
+  // The dense model runs on the CPU engine or on the GPU engine, which shows
+  // its prefill layer by layer; the statistics are computed here either way.
+  std::optional<model::Model> cpu_model;
+  std::unique_ptr<engine::Backend> gpu;
+  if (backends::selects_cuda(args.device))
+    gpu = backends::make_backend("cuda", args.model);
+  else
+    cpu_model.emplace(model::Model::load(args.model));
+  const model::Config& config = gpu ? gpu->config() : cpu_model->config();
+  const gguf::File& file = gpu ? gpu->file() : cpu_model->file();
   calibration::CalibrationOptions options;
   options.statistics.tile = args.tile;
   options.statistics.top_k = args.top_k;
@@ -130,7 +140,7 @@ void run_calibrate(const CalibrateArgs& args) {
     fail("--max-tokens {} exceeds the model's context of {} tokens", args.max_tokens, config.context_length);
   const int64_t max_tokens = args.max_tokens > 0 ? args.max_tokens : config.context_length;
 
-  const tokenizer::Tokenizer tokenizer(model.file());
+  const tokenizer::Tokenizer tokenizer(file);
   std::vector<std::vector<int32_t>> prompts;
   int64_t total_tokens = 0, longest = 0;
   // A prompt too short to measure would only pull every similarity towards 1.
@@ -154,28 +164,29 @@ void run_calibrate(const CalibrateArgs& args) {
                documents.size() - prompts.size(), documents.size(), shortest, args.tile, args.top_k);
 
   if (!args.quiet)
-    fmt::print(stderr, "calibrating {} ({}, {} KV heads) on {} prompts, {} tokens\n", config.name,
+    fmt::print(stderr, "calibrating {} ({}, {} KV heads) on {} prompts, {} tokens, on the {}\n", config.name,
                config.n_local_layers() > 0 ? fmt::format("{} global layers of {}", attention_layers, config.n_layers)
                                            : fmt::format("{} layers", attention_layers),
-               config.n_kv_heads, prompts.size(), total_tokens);
+               config.n_kv_heads, prompts.size(), total_tokens, gpu ? gpu->device_name() : "CPU");
   std::unique_ptr<ProgressBar> progress;
   if (!args.quiet) progress = std::make_unique<ProgressBar>(uint64_t(total_tokens), ProgressOptions{.label = "calibrate"});
-  const calibration::CalibrationResult result =
-      calibration::calibrate(model, prompts, options, [&](int64_t done) {
-        if (progress) progress->update(uint64_t(done));
-      });
+  const auto on_progress = [&](int64_t done) {
+    if (progress) progress->update(uint64_t(done));
+  };
+  const calibration::CalibrationResult result = gpu ? calibration::calibrate(*gpu, prompts, options, on_progress)
+                                                    : calibration::calibrate(*cpu_model, prompts, options, on_progress);
   progress.reset();
 
   const calibration::DevSetInfo dev_set{args.dev_set == kBuiltinDevSet ? "builtin" : args.dev_set,
                                         calibration::content_fingerprint(dev_set_text), max_tokens};
   // All or nothing: every output is written in full before any is put in place.
   OutputSet outputs;
-  outputs.write_file(args.out, kascade::profile_to_json(calibration::make_profile(result, options, args.choose, model,
-                                                                                    dev_set)).dump(2) + "\n",
+  outputs.write_file(args.out, kascade::profile_to_json(calibration::make_profile(result, options, args.choose, config,
+                                                                                    file, dev_set)).dump(2) + "\n",
                      "profile");
   if (!args.stats.empty())
     outputs.write_file(args.stats,
-                       calibration::statistics_json(result, options, args.choose, model, dev_set).dump(2) + "\n",
+                       calibration::statistics_json(result, options, args.choose, config, file, dev_set).dump(2) + "\n",
                        "statistics");
   if (!args.plots.empty())
     calibration::write_plots(result, options, args.choose, fs::path(args.model).stem().string(),
@@ -210,6 +221,10 @@ void register_calibrate(CLI::App& app) {
   cmd->add_option("-o,--out", args->out, "Profile to write (JSON)")->required();
   cmd->add_option("--plots", args->plots, "Directory for PNG pictures");
   cmd->add_option("--stats", args->stats, "Also write every statistic (JSON)");
+  cmd->add_option("--device", args->device,
+                  fmt::format("Where the dense model runs: {} (the statistics run on the CPU)",
+                              backends::supported_devices()))
+      ->capture_default_str();
   cmd->add_option("-t,--threads", args->threads, "Threads (0 = all cores)")->capture_default_str()
       ->check(count_flag(kMaxThreads));
   cmd->add_option("--tile", args->tile, "Prefill query tile T")->capture_default_str();

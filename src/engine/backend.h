@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/error.h"
 #include "kascade/options.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -36,6 +37,19 @@ struct SequenceOptions {
   attention::KvType kv_type = attention::KvType::F16;  // the CPU's choice; the GPU stores fp16
 };
 
+// One layer of a prefill as calibration reads it (kascade calibrate
+// --device cuda): host copies in fp32, valid during the call.
+struct PrefillLayerView {
+  int layer = 0;
+  int64_t first_position = 0, n_tokens = 0;
+  const float* queries = nullptr;  // [n_tokens][n_heads][head_dim], RoPE applied, not scaled by 1/sqrt(d)
+  const float* keys = nullptr;     // [n_kv_heads][key_capacity][head_dim]: positions [0, first_position + n_tokens)
+  int64_t key_capacity = 0;
+  const float* residual = nullptr;       // [n_tokens][d_model]: the layer's input
+  const float* attention_out = nullptr;  // [n_tokens][d_model]: what its attention adds to the input
+};
+using PrefillObserver = std::function<void(const PrefillLayerView&)>;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -59,6 +73,14 @@ class Backend {
   // One token per sequence in one batched step: logits [n][vocab].
   virtual void decode(std::span<BackendSequence* const> sequences, std::span<const int32_t> tokens,
                       float* logits) = 0;
+  // Prefills all of `tokens` into the empty sequence, whose attention must be
+  // dense, in one chunk, and shows the observer each layer in order. Backends
+  // that do not offer it throw.
+  virtual void observe_prefill(BackendSequence& sequence, std::span<const int32_t> tokens,
+                               const PrefillObserver& observer) {
+    (void)sequence, (void)tokens, (void)observer;
+    fail("this device does not show its prefill layer by layer");
+  }
   // The sequence's attention prefills densely and keeps no state from it
   // (attention::Strategy::dense_prefill): a dense prefill may be copied in.
   virtual bool dense_prefill(const BackendSequence& sequence) const = 0;

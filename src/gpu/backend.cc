@@ -122,6 +122,8 @@ class CudaBackend final : public engine::Backend {
   std::unique_ptr<BackendSequence> new_sequence(const engine::SequenceOptions& options) override;
   std::vector<float> prefill(BackendSequence& sequence, std::span<const int32_t> tokens,
                              const std::function<void(int64_t)>& progress, int64_t chunk_size) override;
+  void observe_prefill(BackendSequence& sequence, std::span<const int32_t> tokens,
+                       const engine::PrefillObserver& observer) override;
   void decode(std::span<BackendSequence* const> sequences, std::span<const int32_t> tokens, float* logits) override;
   bool dense_prefill(const BackendSequence& sequence) const override {
     return static_cast<const CudaSequence&>(sequence).plan_.dense_prefill();
@@ -160,7 +162,19 @@ class CudaBackend final : public engine::Backend {
   kc::AttentionArgs attention_args(int batch) const;
   // The products and elementwise steps around attention for rows [0, n).
   void project_qkv(StepBuffers& b, const Layer& w, int layer, float* x, int64_t n, const QkvStep& qkv_template);
-  void feed_forward(StepBuffers& b, const Layer& w, const uint16_t* attended, float* x, int64_t n);
+  // A prefill; with an observer, each layer is shown to it (host copies, synchronous).
+  std::vector<float> run_prefill(BackendSequence& sequence, std::span<const int32_t> tokens,
+                                 const std::function<void(int64_t)>& progress, const engine::PrefillObserver* observer);
+  struct ObservedLayer {
+    std::vector<uint16_t> staging;
+    std::vector<float> queries, keys, residual, attention_out;
+  };
+  void download_layer_input(const uint16_t* queries, const uint16_t* keys, const float* x, int64_t n, int64_t end,
+                            ObservedLayer& observed);
+  void show_layer(int layer, const float* x, int64_t n, int64_t end, ObservedLayer& observed,
+                  const engine::PrefillObserver& observer);
+  void add_attention(StepBuffers& b, const Layer& w, const uint16_t* attended, float* x, int64_t n);
+  void feed_forward(StepBuffers& b, const Layer& w, float* x, int64_t n);
   float* logits_of_last(StepBuffers& b, const float* x_rows, int64_t n);
   // out = m times RMSNorm(x) rows (norm weight `norm`); the norm writes the
   // product's int8 input itself where the product takes one (decode's
@@ -373,10 +387,13 @@ void CudaBackend::project_qkv(StepBuffers& b, const Layer& w, int layer, float* 
   qkv_step(qkv, stream_);
 }
 
-void CudaBackend::feed_forward(StepBuffers& b, const Layer& w, const uint16_t* attended, float* x, int64_t n) {
-  const model::Config& c = config_;
+void CudaBackend::add_attention(StepBuffers& b, const Layer& w, const uint16_t* attended, float* x, int64_t n) {
   // The attention output (fp16) into the O product, added to x.
   blas_->matmul(w.o.view, attended, n, x, 1.0f, stream_, true, b.attended_bf16.memory.as<uint16_t>());
+}
+
+void CudaBackend::feed_forward(StepBuffers& b, const Layer& w, float* x, int64_t n) {
+  const model::Config& c = config_;
   norm_then_matmul(b, x, w.ffn_norm, w.gate_up.view, n, b.gate_up.memory.as<float>());
   const bool gelu = c.feed_forward == model::FeedForward::GeluTanhGlu;
   if (blas_->takes_quantized_input(w.down.view, n)) {  // the activation writes the product's input
@@ -468,6 +485,65 @@ int64_t CudaBackend::prefill_alignment(const BackendSequence& sequence) const {
 // QKV step).
 std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<const int32_t> tokens,
                                         const std::function<void(int64_t)>& progress, int64_t) {
+  return run_prefill(sequence, tokens, progress, nullptr);
+}
+
+void CudaBackend::observe_prefill(BackendSequence& sequence, std::span<const int32_t> tokens,
+                                  const engine::PrefillObserver& observer) {
+  const CudaSequence& seq = on_gpu(sequence);
+  if (seq.position_ != 0) fail("observe_prefill needs an empty sequence ({} positions held)", seq.position_);
+  if (seq.plan_.method() != Method::Dense)
+    fail("observe_prefill runs dense attention, not {}", method_name(seq.plan_.method()));
+  run_prefill(sequence, tokens, {}, &observer);
+}
+
+// Host copies of what a layer's attention read, in fp32: every query of the
+// chunk, every key so far, and the residual before the attention is added.
+void CudaBackend::download_layer_input(const uint16_t* queries, const uint16_t* keys, const float* x, int64_t n,
+                                       int64_t end, ObservedLayer& observed) {
+  const model::Config& c = config_;
+  const auto widen = [&](const uint16_t* device, int64_t count, std::vector<float>& out) {
+    observed.staging.resize(size_t(count));
+    check(cudaMemcpyAsync(observed.staging.data(), device, size_t(count) * sizeof(uint16_t), cudaMemcpyDeviceToHost,
+                          stream_),
+          "observed layer download");
+    sync("observed layer download");
+    out.resize(size_t(count));
+    for (int64_t i = 0; i < count; ++i) out[size_t(i)] = fp16_to_fp32(observed.staging[size_t(i)]);
+  };
+  widen(queries, n * c.n_heads * c.head_dim, observed.queries);
+  widen(keys, int64_t(c.n_kv_heads) * end * c.head_dim, observed.keys);
+  observed.residual.resize(size_t(n * c.d_model));
+  check(cudaMemcpyAsync(observed.residual.data(), x, observed.residual.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                        stream_),
+        "observed residual download");
+  sync("observed residual download");
+}
+
+// The layer's attention output (x after the O product, less the residual) and the view of it.
+void CudaBackend::show_layer(int layer, const float* x, int64_t n, int64_t end, ObservedLayer& observed,
+                             const engine::PrefillObserver& observer) {
+  observed.attention_out.resize(observed.residual.size());
+  check(cudaMemcpyAsync(observed.attention_out.data(), x, observed.attention_out.size() * sizeof(float),
+                        cudaMemcpyDeviceToHost, stream_),
+        "observed attention download");
+  sync("observed attention download");
+  for (size_t i = 0; i < observed.attention_out.size(); ++i) observed.attention_out[i] -= observed.residual[i];
+  engine::PrefillLayerView view;
+  view.layer = layer;
+  view.first_position = end - n;
+  view.n_tokens = n;
+  view.queries = observed.queries.data();
+  view.keys = observed.keys.data();
+  view.key_capacity = end;
+  view.residual = observed.residual.data();
+  view.attention_out = observed.attention_out.data();
+  observer(view);
+}
+
+std::vector<float> CudaBackend::run_prefill(BackendSequence& sequence, std::span<const int32_t> tokens,
+                                            const std::function<void(int64_t)>& progress,
+                                            const engine::PrefillObserver* observer) {
   CudaSequence& seq = on_gpu(sequence);
   const model::Config& c = config_;
   const int64_t n = int64_t(tokens.size()), start = seq.position_, end = start + n;
@@ -537,6 +613,7 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
   args.output = attended;
 
   gather_rows(embedding_.view, device_tokens, int(n), c.embedding_scale, x, stream_);
+  ObservedLayer observed;
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& w = layers_[size_t(l)];
     if (start > 0)
@@ -551,8 +628,11 @@ std::vector<float> CudaBackend::prefill(BackendSequence& sequence, std::span<con
       project_qkv(prefill_, w, l, x + c0 * c.d_model, rows, qkv);
     }
     attend(prefill_, l, seq, Phase::Prefill, end, args);
+    if (observer) download_layer_input(queries, contiguous_keys, x, n, end, observed);
     for (int64_t c0 = 0; c0 < n; c0 += chunk)
-      feed_forward(prefill_, w, attended + c0 * q_dim, x + c0 * c.d_model, std::min(chunk, n - c0));
+      add_attention(prefill_, w, attended + c0 * q_dim, x + c0 * c.d_model, std::min(chunk, n - c0));
+    if (observer) show_layer(l, x, n, end, observed, *observer);
+    for (int64_t c0 = 0; c0 < n; c0 += chunk) feed_forward(prefill_, w, x + c0 * c.d_model, std::min(chunk, n - c0));
     if (progress) {
       sync("prefill layer");
       progress(n * (l + 1) / c.n_layers);
@@ -625,7 +705,8 @@ void CudaBackend::decode_kernels(const CudaSequence& seq, int64_t B, int64_t str
     args.keys = pool_->keys(l);
     args.values = pool_->values(l);
     attend(decode_, l, seq, Phase::Decode, max_len, args);
-    feed_forward(decode_, w, decode_.attended.memory.as<uint16_t>(), x, B);
+    add_attention(decode_, w, decode_.attended.memory.as<uint16_t>(), x, B);
+    feed_forward(decode_, w, x, B);
   }
   // The sketch of each block the step's key completed, for the steps after it.
   kc::sketch_keys(args, 1, pool_->device_layer_keys(), pool_->device_layer_sketches(), c.n_layers, stream_);

@@ -3,9 +3,10 @@
 // (bf16 weights and products on the GPU, fp32 on the CPU), greedy tokens
 // equal wherever the CPU's choice is not a near-tie, Kascade as well as dense,
 // Kascade at a 100 % budget equal to dense, batched decode of sequences of
-// different lengths equal to each alone, and the one-line errors for what the
-// GPU does not run. Random models attend almost uniformly, so their Kascade
-// selections sit on near-ties that bf16 rounding flips: they get a loose
+// different lengths equal to each alone, calibration's statistics equal to
+// the CPU's, and the one-line errors for what the GPU does not run. Random
+// models attend almost uniformly, so their Kascade selections sit on
+// near-ties that bf16 rounding flips: they get a loose
 // tolerance; the real model a tight one.
 #include <gtest/gtest.h>
 
@@ -16,6 +17,8 @@
 #include <numeric>
 #include <random>
 
+#include "calibration/calibrate.h"
+#include "calibration/dev_set.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/half.h"
@@ -457,6 +460,58 @@ TEST_F(GpuEngine, DefaultModelMatchesTheCpu) {
   }
   // Near-ties end a comparison early; most runs must get through most steps.
   EXPECT_GE(compared, runs * 8 / 2) << "too few decode tokens compared: the prompts leave the model at near-ties";
+}
+
+// `kascade calibrate --device cuda`: the GPU's dense prefill, shown layer by
+// layer, gives the statistics the CPU engine gives (fp16 queries and keys
+// against fp32 ones: the tile minima and the top-k sets move a little, the
+// anchor choice must not lose against the CPU's own).
+TEST_F(GpuEngine, CalibrationMatchesTheCpu) {
+  const std::string path = default_model_path();
+  ASSERT_TRUE(std::filesystem::exists(path)) << "the default model is not at " << path;
+  const model::Model cpu = model::Model::load(path);
+  auto gpu = gpu::make_cuda_backend(path);
+  const tokenizer::Tokenizer tokenizer(cpu.file());
+  const std::string dev_set = std::string(KASCADE_SOURCE_DIR) + "/data/devset/devset.txt";
+  const auto documents = calibration::parse_dev_set(read_file(dev_set, "dev set"), dev_set);
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t i = 0; i < 3; ++i) {
+    std::vector<int32_t> tokens = tokenizer.encode(documents[i].text, true);
+    tokens.resize(std::min<size_t>(tokens.size(), 700 + 150 * i));
+    prompts.push_back(std::move(tokens));
+  }
+  calibration::CalibrationOptions options;
+  const calibration::CalibrationResult on_cpu = calibration::calibrate(cpu, prompts, options);
+  const calibration::CalibrationResult on_gpu = calibration::calibrate(*gpu, prompts, options);
+
+  const auto max_and_mean = [](std::span<const double> a, std::span<const double> b) {
+    double largest = 0, sum = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      largest = std::max(largest, std::abs(a[i] - b[i]));
+      sum += std::abs(a[i] - b[i]);
+    }
+    return std::pair{largest, sum / double(a.size())};
+  };
+  const auto [head_max, head_mean] = max_and_mean(on_gpu.head_similarity.values(), on_cpu.head_similarity.values());
+  EXPECT_LT(head_mean, 0.01);
+  EXPECT_LT(head_max, 0.15);
+  const auto [layer_max, layer_mean] = max_and_mean(on_gpu.layer_similarity, on_cpu.layer_similarity);
+  EXPECT_LT(layer_mean, 0.01);
+  EXPECT_LT(layer_max, 0.08);
+  const auto [captured_max, captured_mean] = max_and_mean(on_gpu.captured_top_k, on_cpu.captured_top_k);
+  EXPECT_LT(captured_mean, 0.005);
+  EXPECT_LT(captured_max, 0.03);
+  for (size_t l = 0; l < on_cpu.importance.size(); ++l)
+    EXPECT_NEAR(on_gpu.importance[l], on_cpu.importance[l], 0.02 * on_cpu.importance[l] + 1e-4) << "layer " << l;
+  EXPECT_EQ(on_gpu.prompt_tokens, on_cpu.prompt_tokens);
+  EXPECT_EQ(on_gpu.top_k_tiles, on_cpu.top_k_tiles);
+  // The GPU's anchors, scored on the CPU's statistics, within 1 % of the CPU's best.
+  for (int m = options.min_anchors; m <= options.max_anchors; ++m) {
+    const double cpu_best = on_cpu.solution(m).score;
+    const double gpu_choice =
+        calibration::anchor_objective(on_cpu.layer_similarity, on_cpu.importance, on_gpu.solution(m).anchors);
+    EXPECT_GE(gpu_choice, 0.99 * cpu_best) << m << " anchors";
+  }
 }
 
 TEST_F(GpuEngine, RefusesWhatItDoesNotRun) {
