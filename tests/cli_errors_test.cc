@@ -378,6 +378,7 @@ TEST_F(CliErrors, BadCalibrateRequests) {
   expect_error(calibrate({"--anchors", "1..2", "--threads", "-1"}), {"--threads"});
   expect_error(calibrate({"--anchors", "1..2", "--reuse-floor", "1.5"}), {"--reuse-floor"});
   expect_error(calibrate({"--anchors", "1..2", "--reuse-floor", "nan"}), {"reuse floor nan"});
+  expect_error(calibrate({"--anchors", "1..2", "--device", "gpu"}), {"--device 'gpu' is not a device"});
   expect_error(calibrate({"--anchors", "1..2", "--choose", "1", "--reuse-floor", "0.9"}),
                {"give --choose or --reuse-floor, not both"});
   write_bytes(path("file.txt"), "keep\n");
