@@ -213,12 +213,6 @@ struct Q8_0 : OneBlock {  // {d, qs[32]}: no offset, but its (zero) term keeps o
   static BlockWords words(const uint8_t* group, int) { return widen_bytes(group + 2); }
 };
 
-inline uint16_t load_u16(const uint8_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return bits;
-}
-
 // 32 bytes of nibbles as 32 words: the low nibbles (shift 0) or the high ones (shift 4).
 inline BlockWords nibbles_of_32_bytes(const uint8_t* bytes, int shift) {
   const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
@@ -247,9 +241,10 @@ inline KScales k_scales(const uint8_t* group) {
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(bytes)))),
                          _mm256_set1_ps(factor));
   };
+  const __m128 d_dmin = scale_and_min_at(group);
   KScales f;
-  _mm256_storeu_ps(f.scales, widen(scales, fp16_to_fp32(load_u16(group))));
-  _mm256_storeu_ps(f.offsets, widen(mins, -fp16_to_fp32(load_u16(group + 2))));
+  _mm256_storeu_ps(f.scales, widen(scales, _mm_cvtss_f32(d_dmin)));
+  _mm256_storeu_ps(f.offsets, widen(mins, -_mm_cvtss_f32(_mm_movehdup_ps(d_dmin))));
   return f;
 }
 
@@ -287,7 +282,7 @@ struct Q5_K : EightScaledBlocks {  // bit j of qh byte l is the fifth bit of val
 struct Q6_K {
   static constexpr int kBytes = 210, kBlocks = 8;
   using Factors = __m128;
-  static Factors factors(const uint8_t* group) { return _mm_setr_ps(fp16_to_fp32(load_u16(group + 208)), 0, 0, 0); }
+  static Factors factors(const uint8_t* group) { return scale_at(group + 208, 0.0f); }  // no offset, as Q8_0
   static BlockWords words(const uint8_t* group, int j) {
     const int quarter = j % 4;
     const __m256i low = _mm256_and_si256(
