@@ -40,15 +40,19 @@ TEST(AttentionOps, SelectTopKMatchesSortWithTiesToLowerIndex) {
   std::mt19937_64 rng(1);
   std::normal_distribution<float> normal;
   for (int trial = 0; trial < 400; ++trial) {
-    const int64_t n = 1 + int64_t(rng() % 3000);
+    // Long rows take the sampled-threshold path (select_top_k), short ones not.
+    const int64_t n = 1 + int64_t(rng() % (trial % 10 < 7 ? 3000 : 20000));
     std::vector<float> x(static_cast<size_t>(n));
-    const int kind = trial % 4;
+    const int kind = trial % 5;
     for (float& v : x) {
       if (kind == 0) v = normal(rng);                                  // distinct
       if (kind == 1) v = float(rng() % 5);                             // few values: many ties
       if (kind == 2) v = std::exp(normal(rng) * 8);                    // wide dynamic range
       if (kind == 3) v = (rng() % 2 ? 1.0f : -1.0f) * float(rng() % 3);  // signs, +-0
+      if (kind == 4) v = std::abs(normal(rng)) * 1e-3f;
     }
+    if (kind == 4)  // large values exactly where a strided sample looks: its threshold finds too few
+      for (int64_t i = 0; i < 256; ++i) x[size_t(i * n / 256)] = 100.0f + float(i);
     if (kind == 3)
       for (size_t i = 0; i < x.size(); i += 3) x[i] = -0.0f;
     for (int64_t k : {int64_t(0), int64_t(1), n / 10, n / 2, n - 1, n}) {

@@ -153,7 +153,12 @@ inline double stored_key(const Problem& p, int l, int h, int64_t j, int c) {
   return p.type == KvType::F16 ? double(fp16_to_fp32(fp32_to_fp16(x))) : double(x);
 }
 
-inline double sketched_key(const Problem& p, int l, int h, int64_t j, int c) {
+// lo, step and code of key j's channel c.
+struct SketchedValue {
+  float lo = 0, step = 0, code = 0;
+};
+
+inline SketchedValue sketched_value(const Problem& p, int l, int h, int64_t j, int c) {
   const int64_t first = j / 64 * 64;
   float low = float(stored_key(p, l, h, first, c)), high = low;
   for (int64_t i = first; i < first + 64; ++i) {
@@ -164,17 +169,34 @@ inline double sketched_key(const Problem& p, int l, int h, int64_t j, int c) {
   const float step = fp16_to_fp32(fp32_to_fp16((high - lo) / 15.0f));
   const float code = step > 0 ? std::clamp(std::nearbyint((float(stored_key(p, l, h, j, c)) - lo) / step), 0.0f, 15.0f)
                               : 0.0f;
-  return double(lo) + double(code) * double(step);
+  return {lo, step, code};
 }
 
 // A decode query's score of key j: from the sketch below the sketched end
-// (the query sees position + 1 keys), else exact.
+// (the query sees position + 1 keys), else exact. The sketch's scorer rounds
+// w_c = q_c * step_c to int8 per block (scale max |w| / 127) and sums code x
+// weight exactly; it rounds the query as the kernels hold it (times
+// log2(e) / sqrt(d) in fp32), so this does too.
 inline double sketched_score(const Problem& p, int l, int64_t position, int head, int64_t j) {
   if (j >= position / 64 * 64) return score(p, l, position, head, j);
   const float* q = p.query(l, position, head);
-  double sum = 0;
-  for (int c = 0; c < p.d(); ++c) sum += double(q[c]) * sketched_key(p, l, head / p.shape.group(), j, c);
-  return sum / std::sqrt(double(p.d()));
+  const int d = p.d();
+  const float factor = 1.4426950408889634f / std::sqrt(float(d));
+  std::vector<SketchedValue> key(static_cast<size_t>(d));
+  std::vector<float> scaled(static_cast<size_t>(d));
+  float largest = 0;
+  for (int c = 0; c < d; ++c) {
+    key[size_t(c)] = sketched_value(p, l, head / p.shape.group(), j, c);
+    scaled[size_t(c)] = q[c] * factor;
+    largest = std::max(largest, std::abs(scaled[size_t(c)] * key[size_t(c)].step));
+  }
+  double bias = 0, sum = 0;
+  for (int c = 0; c < d; ++c) {
+    bias += double(scaled[size_t(c)]) * key[size_t(c)].lo;
+    if (largest > 0)
+      sum += double(key[size_t(c)].code) * std::nearbyint(scaled[size_t(c)] * key[size_t(c)].step * (127.0f / largest));
+  }
+  return (bias + double(largest / 127.0f) * sum) / double(factor) / std::sqrt(double(d));
 }
 
 // Softmax of a decode query's row [0, position] scored as sketched_score.

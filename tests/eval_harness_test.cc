@@ -59,12 +59,13 @@ TEST(EvalStrategySpec, ParsesVariants) {
   EXPECT_TRUE(!s.options.all_anchors && s.options.own_tile_in_budget);
   EXPECT_EQ(s.options.min_k, 64);
   EXPECT_EQ(parse_strategy_spec("oracle-topk-mink32", 10).options.min_k, 32);
-  s = parse_strategy_spec("kascade", 10);  // the default ranks keys from the fp16 keys
-  EXPECT_EQ(s.options.scoring, Scoring::Exact);
+  s = parse_strategy_spec("kascade", 10);
+  EXPECT_FALSE(s.options.scoring);  // the engine's choice
   EXPECT_FALSE(s.options.sparse_from.has_value());
   s = parse_strategy_spec("kascade-sketch-scoring-from4096", 10);
   EXPECT_EQ(s.options.scoring, Scoring::Sketch);
   EXPECT_EQ(s.options.sparse_from, 4096);
+  EXPECT_EQ(parse_strategy_spec("kascade-exact-scoring", 10).options.scoring, Scoring::Exact);
 }
 
 TEST(EvalStrategySpec, RejectsUnknownNames) {
@@ -72,7 +73,8 @@ TEST(EvalStrategySpec, RejectsUnknownNames) {
                           "kascade-pfoo", "kascade-no-remap-no-remap", "quest-no-remap", "dense-p5", "kascade-turbo",
                           "kascade-refine1", "kascade-refine3-refine2", "omnikv-refine3", "kascade-sparse-prefill-prefill-only",
                           "kascade-mink0", "dense-mink8", "quest-reuse", "kascade-refine", "kascade-decode-only",
-                          "kascade-reuse-reuse", "dense-sketch-scoring", "kascade-from", "kascade-sketch-scoring-sketch-scoring"})
+                          "kascade-reuse-reuse", "dense-sketch-scoring", "kascade-from", "kascade-sketch-scoring-sketch-scoring",
+                          "kascade-sketch-scoring-exact-scoring"})
     EXPECT_THROW(parse_strategy_spec(bad, 10), Error) << bad;
 }
 

@@ -57,6 +57,7 @@ class KascadeStrategy final : public Strategy {
     const LayerPlan& layer = plan_.layer(step.phase, step.layer, step.first_position + step.n_queries);
     last_layer_ = &layer;
     last_sets_ = Sets::None;
+    extend_sketch(step);
     if (layer.action == LayerAction::Dense) {
       exact_.dense(step);
       return;
@@ -103,6 +104,17 @@ class KascadeStrategy final : public Strategy {
   };
 
   bool refining() const { return plan_.candidate_factor() > 1; }
+
+  // The sketch follows the cache through prefill, so that the first decode
+  // step finds it built (8K keys of 30 layers take tens of milliseconds).
+  void extend_sketch(const Step& step) {
+    if (step.phase != Phase::Prefill || !plan_.layer(Phase::Decode, step.layer, plan_.sparse_from()).sketch) return;
+    with_element_type(step.cache.type, [&]<typename T>(T) {
+      std::vector<kernels::Rows<T>> keys;
+      for (int h = 0; h < shape_.n_kv_heads; ++h) keys.push_back(key_rows<T>(shape_, step.cache, h));
+      sketches_[size_t(step.layer)].extend<T>(keys, step.first_position + step.n_queries);
+    });
+  }
 
   std::span<const int32_t> set_of(int64_t unit, int h) const {
     const int pool = last_layer_->pools[size_t(h)];

@@ -103,6 +103,7 @@ void DecodeScorer::score(std::span<const GroupQueries> groups,
   float* split_acc = dense ? split_acc_.get(n_states * lda) : nullptr;
   if (dense) std::fill(split_acc, split_acc + n_states * lda, 0.0f);
   row_lse2_.resize(size_t(n_groups * g));
+  row_max_.resize(size_t(n_groups * g));
 
 #pragma omp parallel
   {
@@ -129,11 +130,30 @@ void DecodeScorer::score(std::span<const GroupQueries> groups,
         kernels::dot_rows(q + int64_t(h) * g * d, g, d, keys[h],
                           kernels::KeyList{nullptr, begin + from_sketch, list.count - from_sketch}, rows + from_sketch,
                           lds);
-      if (!post) continue;
-      for (int r = 0; r < g; ++r) {
-        const float* row = rows + r * lds;
-        states[r].max = kernels::max_of(row, list.count);
-        states[r].sum = kernels::exp2_sum(row, list.count, states[r].max);
+      if (post)
+        for (int r = 0; r < g; ++r) states[r].max = kernels::max_of(rows + r * lds, list.count);
+    }
+    // Without a dense output each score becomes exp2(s - max) in place, max
+    // the row's maximum over all splits: one exponential per score. The
+    // pooling below scales a row by 2^(max - lse2), the same factor for
+    // every key, so equal scores still pool to equal sums (exact ties).
+    if (post && !dense) {
+#pragma omp single
+      for (int i = 0; i < n_groups * g; ++i) {
+        float max = kNegInf;
+        for (int64_t sp = 0; sp < n_splits; ++sp)
+          max = std::max(max, split_states_[size_t(((i / g) * n_splits + sp) * g + i % g)].max);
+        row_max_[size_t(i)] = max;
+      }
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t item = 0; item < n_groups * n_splits; ++item) {
+        const int h = int(item / n_splits);
+        const int64_t begin = (item % n_splits) * split_keys, count = std::min(split_keys, n_keys - begin);
+        for (int r = 0; r < g; ++r) {
+          kernels::SoftmaxState& state = split_states_[size_t(item * g + r)];
+          state.max = row_max_[size_t(h * g + r)];
+          state.sum = kernels::exp2_shift_sum(scores + (int64_t(h) * g + r) * lds + begin, count, state.max);
+        }
       }
     }
 #pragma omp single
@@ -160,12 +180,19 @@ void DecodeScorer::score(std::span<const GroupQueries> groups,
           const int pool = all_heads ? 0 : mode == PoolMode::PerQueryHead ? h * g + r : h;
           float* target = pooled + pool * ld + begin;
           const bool max = mode == PoolMode::AllHeadsMax;
-          if (post)
+          if (post && !dense) {  // row holds exp2(s - max)
+            const float scale = std::exp2(row_max_[size_t(h * g + r)] - row_lse2_[h * g + r]);
+            if (max)
+              max_into(target, row, count, scale);
+            else
+              kernels::axpy(target, row, count, scale);
+          } else if (post) {
             kernels::add_exp2(target, row, count, row_lse2_[h * g + r], max);
-          else if (max)
+          } else if (max) {
             max_into(target, row, count, kLn2);
-          else
+          } else {
             kernels::axpy(target, row, count, kLn2);
+          }
         }
     }
   }

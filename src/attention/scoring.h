@@ -66,7 +66,7 @@ class DecodeScorer {
  private:
   kernels::Scratch queries_, scores_, split_acc_;
   std::vector<kernels::SoftmaxState> split_states_;
-  std::vector<float> row_lse2_;
+  std::vector<float> row_lse2_, row_max_;
 };
 
 }  // namespace kascade::attention

@@ -119,9 +119,15 @@ class Backend {
 // overrides it.
 inline constexpr int64_t kCpuSparseFrom = 1024;
 
+// What the CPU engine's selecting layers rank keys from: the key sketch's
+// integer scorer decodes faster than exact scoring at the same accuracy
+// (docs/benchmarks.md). AttentionOptions::scoring overrides it.
+inline constexpr Scoring kCpuScoring = Scoring::Sketch;
+
 // The options with the engine's defaults filled in where they are unset.
-inline AttentionOptions with_sparse_from(AttentionOptions options, int64_t sparse_from) {
+inline AttentionOptions with_engine_defaults(AttentionOptions options, int64_t sparse_from, Scoring scoring) {
   if (!options.sparse_from) options.sparse_from = sparse_from;
+  if (!options.scoring) options.scoring = scoring;
   return options;
 }
 

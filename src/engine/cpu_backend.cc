@@ -87,7 +87,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<BackendSequence> new_sequence(const SequenceOptions& options) override {
     const int64_t capacity = options.capacity;
     std::unique_ptr<attention::Strategy> strategy = attention::make_strategy(
-        with_sparse_from(options.attention, kCpuSparseFrom), model_.config().attention_shape());
+        with_engine_defaults(options.attention, kCpuSparseFrom, kCpuScoring), model_.config().attention_shape());
     model::Sequence seq = model_.new_sequence(capacity, options.kv_type, std::move(strategy));
     const int64_t used = account_->used.fetch_add(capacity) + capacity;
     if (used > account_->limit) {

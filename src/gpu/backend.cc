@@ -336,7 +336,7 @@ void CudaBackend::check_supported(const Plan& plan) const {
 }
 
 std::unique_ptr<BackendSequence> CudaBackend::new_sequence(const engine::SequenceOptions& options) {
-  Plan plan(engine::with_sparse_from(options.attention, kGpuSparseFrom), config_.attention_shape());
+  Plan plan(engine::with_engine_defaults(options.attention, kGpuSparseFrom, kGpuScoring), config_.attention_shape());
   check_supported(plan);
   if (options.capacity < 1 || options.capacity > config_.context_length)
     fail("context of {} tokens is outside the model's 1..{}", options.capacity, config_.context_length);

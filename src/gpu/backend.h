@@ -37,6 +37,11 @@ namespace kascade::gpu {
 // overrides it.
 inline constexpr int64_t kGpuSparseFrom = 32768;
 
+// What the GPU engine's selecting layers rank keys from: its sketch decode was
+// 2-7 % slower than exact scoring on the H200 (docs/gpu_engine.md, "Break-even
+// and the key sketch"). AttentionOptions::scoring overrides it.
+inline constexpr Scoring kGpuScoring = Scoring::Exact;
+
 struct BackendOptions {
   int page_size = 64;             // positions per KV page (a power of two >= 64)
   int max_batch = 64;             // sequences one decode step may batch

@@ -96,9 +96,13 @@ const AttentionSetting kSettings[] = {
      }},
     {"scoring", SettingKind::Choice,
      "Kascade: what a selecting layer ranks keys from at decode: sketch (4-bit keys, a seventh of the bytes) or "
-     "exact (fp16 keys)",
-     true, kScoringNames, [](const AttentionOptions& o) { return std::string(kScoringNames[int(o.scoring)]); },
+     "exact (fp16 keys) (default: the engine's choice, sketch on the CPU, exact on the GPU)",
+     true, kScoringNames,
+     [](const AttentionOptions& o) {
+       return o.scoring ? std::string(kScoringNames[int(*o.scoring)]) : std::string("engine");
+     },
      [](AttentionOptions& o, std::string_view name, std::string_view v) {
+       if (v == "engine") return o.scoring.reset();
        const auto* found = std::find(std::begin(kScoringNames), std::end(kScoringNames), v);
        if (found == std::end(kScoringNames)) fail("{} must be sketch or exact, not '{}'", name, v);
        o.scoring = Scoring(found - std::begin(kScoringNames));
@@ -162,6 +166,7 @@ constexpr Suffix kSuffixes[] = {
     {"reuse", "reuse", "true", true},
     {"own-tile-in-budget", "own-tile-in-budget", "true", true},
     {"sketch-scoring", "scoring", "sketch", true},
+    {"exact-scoring", "scoring", "exact", true},
     {"refine", "refine", "", true, 2},
     {"from", "sparse-from", "", true},
     {"mink", "min-k", "", false},

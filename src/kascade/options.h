@@ -50,7 +50,8 @@
 // Kascade's cheap selection (ours):
 //   scoring              sketch: a selecting layer ranks keys at decode from
 //                        a 4-bit per-channel copy of the keys and attends its
-//                        top budget exactly; exact: from the fp16 keys.
+//                        top budget exactly; exact: from the fp16 keys;
+//                        unset: the engine's measured choice.
 //   sparse_from          decode steps with fewer keys attend densely.
 // The defaults, decode-only with every layer an anchor, are what kept dense
 // accuracy on real models at p = 10 (docs/accuracy.md): cross-layer reuse
@@ -106,7 +107,9 @@ struct AttentionOptions {
   bool all_anchors = true;
   bool own_tile_in_budget = false;
   int refine_factor = 1;  // c; 1 = plain reuse; > 1 needs reuse (all_anchors false)
-  Scoring scoring = Scoring::Exact;
+  // What selecting layers rank keys from; unset: the engine's choice (the
+  // CPU's integer sketch scorer pays, the GPU's sketch decode does not).
+  std::optional<Scoring> scoring;
   // Decode steps that see fewer keys attend densely (below it the sparse
   // path costs more than it saves); unset: the engine's measured break-even.
   std::optional<int64_t> sparse_from;
@@ -163,6 +166,7 @@ void set_attention_option(AttentionOptions& options, std::string_view name, std:
 //   -own-tile-in-budget    the Kascade ablations above
 //   -reuse                 Kascade: reuse layers as the profile says
 //   -sketch-scoring        Kascade: selecting layers rank keys from the 4-bit key sketch
+//   -exact-scoring         Kascade: ... from the fp16 keys (default: the engine's choice)
 //   -from<keys>            Kascade: sparse decode from this many keys on
 //   -sparse-prefill        Kascade: sparse prefill too (default: dense prefill)
 //   -prefill-only          Kascade: sparse prefill, dense decode

@@ -63,7 +63,7 @@ Plan::Plan(const AttentionOptions& options, const Shape& shape) : options_(optio
                                                                : profile.head_map[size_t(j)][size_t(h)]);
     flat_pools_.insert(flat_pools_.end(), layer.pools.begin(), layer.pools.end());
     prefill_layers_.push_back(layer);
-    layer.sketch = layer.action == LayerAction::Anchor && options.scoring == Scoring::Sketch;
+    layer.sketch = layer.action == LayerAction::Anchor && options.scoring == Scoring::Sketch;  // unset (outside an engine): exact
     uses_sketch_ = uses_sketch_ || (sparse_decode_ && layer.sketch);
     decode_layers_.push_back(std::move(layer));
   }
