@@ -1,6 +1,7 @@
 // Kascade's cheap scorer (ours, beyond the paper): a 4-bit copy of one
 // layer's keys that a selecting layer ranks keys from at decode, reading a
-// seventh of the fp16 key bytes, before it attends its top budget exactly.
+// quarter of the fp16 key bytes (0.28 with its ranges), before it attends
+// its top budget exactly.
 //
 // Keys are sketched in blocks of kSketchBlock consecutive positions per KV
 // head. For each channel c of a block: lo_c = the block's smallest value,

@@ -1,7 +1,7 @@
 // The GPU engine's paged KV cache: per layer a pool of fp16 pages
 // [page][n_kv_heads][page_size][head_dim] for keys and one for values, and
 // the keys' 4-bit sketch in pages of the same indices (cuda/kascade_cuda.h,
-// KeySketch: a seventh of the keys' bytes, what Kascade's selecting layers
+// KeySketch: about a quarter of the keys' bytes, what Kascade's selecting layers
 // rank keys from). A sequence holds a list of pages (the same indices in
 // every layer) and gives them back when it ends; the decode kernels read
 // through that page table.

@@ -95,7 +95,7 @@ const AttentionSetting kSettings[] = {
        o.refine_factor = number_in<int>(name, v, 1, 64, "[1, 64]");
      }},
     {"scoring", SettingKind::Choice,
-     "Kascade: what a selecting layer ranks keys from at decode: sketch (4-bit keys, a seventh of the bytes) or "
+     "Kascade: what a selecting layer ranks keys from at decode: sketch (4-bit keys, about a quarter of the bytes) or "
      "exact (fp16 keys) (default: the engine's choice, sketch on the CPU, exact on the GPU)",
      true, kScoringNames,
      [](const AttentionOptions& o) {

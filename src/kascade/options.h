@@ -87,7 +87,7 @@ std::string_view method_name(Method method);
 enum class SparsePhases { Both, DecodeOnly, PrefillOnly };
 
 // What a selecting layer ranks keys from at decode: the 4-bit key sketch
-// (attention/key_sketch.h: a seventh of the key bytes), or the fp16 keys.
+// (attention/key_sketch.h: about a quarter of the key bytes), or the fp16 keys.
 // Exact by default: the sketch measured slower on both engines (its nibble
 // decode costs more than the bytes it saves; docs/benchmarks.md,
 // docs/gpu_engine.md) at the same accuracy.
