@@ -50,7 +50,7 @@ Measurement run_once(const model::Model& model, const AttentionOptions& options,
   for (int32_t& token : prompt) token = int32_t(rng() % uint64_t(config.vocab_size));
   reset_peak_memory();
   model::Sequence seq = model.new_sequence(length + decode_tokens, attention::KvType::F16,
-                                           attention::make_strategy(engine::with_sparse_from(options, engine::kCpuSparseFrom),
+                                           attention::make_strategy(engine::with_engine_defaults(options, engine::kCpuSparseFrom, engine::kCpuScoring),
                                                                     config.attention_shape()));
   std::vector<float> logits = model.prefill(seq, prompt, {}, chunk);
   const model::TimeSplit prefill = seq.time;

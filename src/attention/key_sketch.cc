@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "ops/simd.h"
 
 namespace kascade::attention {
 namespace {
@@ -16,7 +17,7 @@ float element(const float* p) { return *p; }
 float element(const uint16_t* p) { return fp16_to_fp32(*p); }
 float to_fp16_value(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
 __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-__m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+__m256 load8(const uint16_t* p) { return ops::load_f16x8(p); }
 
 // Byte offset of key j's 4 code bytes of channel group m in a block: runs
 // of 16 keys, each run's groups consecutive, so a run is read front to back.
@@ -106,30 +107,28 @@ SketchWeights sketch_weights(const float* q, const float* lo, const float* step,
     largest8 = _mm256_max_ps(largest8, _mm256_andnot_ps(sign, _mm256_mul_ps(x, _mm256_loadu_ps(step + c))));
   }
   SketchWeights w;
-  w.bias = kernels::horizontal_sum(bias8);
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, largest8);
-  float largest = *std::max_element(lanes, lanes + 8);
+  w.bias = ops::horizontal_sum(bias8);
+  float largest = ops::horizontal_max(largest8);
   for (int c = d8; c < d; ++c) {
     w.bias += q[c] * lo[c];
     largest = std::max(largest, std::abs(q[c] * step[c]));
   }
   const int padded = (d + 7) / 8 * 8;
-  std::fill(weights, weights + padded, int8_t(0));
-  if (largest == 0) return w;
+  if (largest == 0) {
+    std::fill(weights, weights + padded, int8_t(0));
+    return w;
+  }
   w.scale = largest / 127.0f;
-  const float inverse = 127.0f / largest;
+  const __m256 inverse = _mm256_set1_ps(127.0f / largest);
   // Round to nearest even (the default MXCSR mode, as std::nearbyint).
   for (int c = 0; c < d8; c += 8) {
-    const __m256i i32 = _mm256_cvtps_epi32(
-        _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(step + c)), _mm256_set1_ps(inverse)));
-    const __m256i i8 = _mm256_packs_epi16(_mm256_packs_epi32(i32, i32), _mm256_setzero_si256());
-    const int32_t low = _mm_cvtsi128_si32(_mm256_castsi256_si128(i8));
-    const int32_t high = _mm_cvtsi128_si32(_mm256_extracti128_si256(i8, 1));
-    std::memcpy(weights + c, &low, 4);
-    std::memcpy(weights + c + 4, &high, 4);
+    const __m256i i32 =
+        _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(step + c)), inverse));
+    const __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(weights + c), _mm_packs_epi16(i16, i16));
   }
-  for (int c = d8; c < d; ++c) weights[c] = int8_t(std::nearbyint(q[c] * step[c] * inverse));
+  for (int c = d8; c < padded; ++c)
+    weights[c] = c < d ? int8_t(std::nearbyint(q[c] * step[c] * (127.0f / largest))) : int8_t(0);
   return w;
 }
 
