@@ -4,7 +4,15 @@
 # Llama 3.1 8B written on the spot, dense against Kascade. Logs go to $OUT;
 # the benchmark's table is printed last.
 #
-#   bench/gpu/run_device.sh [test|bench|all|serve]      (default all: test and bench)
+#   bench/gpu/run_device.sh [test|bench|all|serve|llama]      (default all: test and bench)
+#
+# llama: our dense decode beside llama.cpp's llama-bench (CUDA, flash
+# attention on, all layers on the GPU) on the same files, one table
+# (bench/gpu/beside_llama_cpp.py): LLAMA_SRC names the trimmed source of
+# bench/gpu/fetch_llama_cpp.sh, built here in the background (setsid, all but
+# five cores) while engine_bench runs; SYNTH_TYPES (default "q4_k bf16") and
+# REAL_MODELS (GGUF paths, e.g. the staged 1.5B) at CONTEXTS, batch 1;
+# BANDWIDTH (bytes/s, engine_bench's floor; default the H200's 4.3e12).
 #
 # serve: `kascade serve --device cuda` on the synthetic 8B (bf16) under
 # bench/server/loadgen.py (docs/server.md's GPU table): SERVE_PROMPT_TOKENS
@@ -32,7 +40,7 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 2
-case $what in test | bench | all | serve) ;; *) echo "usage: $0 [test|bench|all|serve]" >&2; exit 2 ;; esac
+case $what in test | bench | all | serve | llama) ;; *) echo "usage: $0 [test|bench|all|serve|llama]" >&2; exit 2 ;; esac
 status=0
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
@@ -76,6 +84,42 @@ if [[ $what == serve ]]; then
   done
   kill -TERM "$server"
   wait "$server" || status=1
+  exit $status
+fi
+
+if [[ $what == llama ]]; then
+  [[ -f ${LLAMA_SRC:-} ]] || { echo "llama: LLAMA_SRC must name the tarball of bench/gpu/fetch_llama_cpp.sh" >&2; exit 2; }
+  llama=/tmp/llama-cpp
+  contexts=${CONTEXTS:-1024,32768}
+  if [[ ! -x $llama/build/bin/llama-bench ]]; then
+    rm -rf "$llama" && mkdir -p "$llama" && tar xzf "$LLAMA_SRC" -C "$llama" --strip-components=1
+    jobs=$(( $(nproc) > 6 ? $(nproc) - 5 : 1 ))
+    setsid bash -c "cmake -S '$llama' -B '$llama/build' -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF && \
+      cmake --build '$llama/build' -j $jobs --target llama-bench" >"$OUT/llama_build.log" 2>&1 &
+    builder=$!
+  fi
+  models=()
+  for type in ${SYNTH_TYPES:-q4_k bf16}; do
+    model=$(synth_model "$type") || exit 1
+    models+=("$model")
+  done
+  for model in ${REAL_MODELS:-}; do models+=("$model"); done
+  for model in "${models[@]}"; do
+    "$bin/engine_bench" --model "$model" --device cuda --contexts "$contexts" --batches 1 --strategies dense \
+      --repeats 1 --decode-steps 64 ${BANDWIDTH:+--bandwidth "$BANDWIDTH"} >"$OUT/ours_$(basename "$model").log" 2>&1 || status=1
+  done
+  if [[ -n ${builder:-} ]] && ! wait "$builder"; then
+    tail -n 20 "$OUT/llama_build.log"
+    echo "llama.cpp build failed ($OUT/llama_build.log)"
+    exit 1
+  fi
+  for model in "${models[@]}"; do
+    "$llama/build/bin/llama-bench" -m "$model" -ngl 99 -fa 1 -p 0 -n 64 -d "$contexts" -r 3 -o csv \
+      >"$OUT/llama_$(basename "$model").csv" 2>"$OUT/llama_$(basename "$model").err" || status=1
+  done
+  python3 bench/gpu/beside_llama_cpp.py "$OUT" "${models[@]}" | tee "$OUT/beside_llama_cpp.md"
   exit $status
 fi
 
