@@ -286,12 +286,17 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void score_block_rows_vnn
       }
     }
     const int64_t from = std::max(key16, j0), to = std::min(key16 + 16, j1);
-    const __mmask16 lanes = __mmask16(((1u << (to - key16)) - 1) & ~((1u << (from - key16)) - 1));
     for (int r = 0; r < kRows; ++r) {
-      const __m512 out = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(__mmask16(0xffff), acc[r]), _mm512_set1_ps(w.scale[size_t(r0 + r)]),
-                                         _mm512_set1_ps(w.bias[size_t(r0 + r)]));
-      // Lanes outside [j0, j1) are masked off (and not accessed).
-      _mm512_mask_storeu_ps(s + (r0 + r) * lds + (key16 - j0), lanes, out);
+      const __m512 out = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(__mmask16(0xffff), acc[r]),
+                                         _mm512_set1_ps(w.scale[size_t(r0 + r)]), _mm512_set1_ps(w.bias[size_t(r0 + r)]));
+      float* row = s + (r0 + r) * lds;
+      if (from == key16 && to == key16 + 16) {
+        _mm512_storeu_ps(row + key16 - j0, out);
+      } else {
+        alignas(64) float lanes[16];
+        _mm512_store_ps(lanes, out);
+        for (int64_t j = from; j < to; ++j) row[j - j0] = lanes[j - key16];
+      }
     }
   }
 }
