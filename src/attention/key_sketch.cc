@@ -38,7 +38,7 @@ void sketch_codes(kernels::Rows<T> keys, int d, float* lo, float* step, uint8_t*
       high = _mm256_max_ps(x, high);  // x > high ? x : high, as std::max(high, x)
     }
     _mm256_storeu_ps(lo + c, low);
-    _mm256_storeu_ps(step + c, high);
+    _mm256_storeu_ps(step + c, high);  // step holds the maximum until the pass below
   }
   for (int c = d8; c < d; ++c) {
     float low = element(keys.row(0) + c), high = low;

@@ -88,9 +88,9 @@ enum class SparsePhases { Both, DecodeOnly, PrefillOnly };
 
 // What a selecting layer ranks keys from at decode: the 4-bit key sketch
 // (attention/key_sketch.h: about a quarter of the key bytes), or the fp16 keys.
-// Exact by default: the sketch measured slower on both engines (its nibble
-// decode costs more than the bytes it saves; docs/benchmarks.md,
-// docs/gpu_engine.md) at the same accuracy.
+// Each engine picks its default (kCpuScoring, kGpuScoring): the CPU's
+// integer sketch scorer decodes faster than exact scoring, the GPU's sketch
+// decode slower, at the same accuracy (docs/benchmarks.md, docs/gpu_engine.md).
 enum class Scoring { Sketch, Exact };
 
 struct AttentionOptions {
