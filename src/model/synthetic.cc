@@ -21,6 +21,9 @@ constexpr SyntheticPreset kPresets[] = {
     {"llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, 131072, 500000.0, true},
     // Llama 3.2 1B: 16 layers, 2048 wide, 32 / 8 heads of 64, FFN 8192.
     {"llama-3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0, true},
+    // Qwen2.5 1.5B's shape (the main command's model) as a Llama: 28 layers, 1536 wide, 12 / 2
+    // heads of 128, FFN 8960, 32K context; no QKV biases, one weight type throughout.
+    {"qwen2.5-1.5b", 28, 1536, 12, 2, 128, 8960, 151936, 32768, 1000000.0, false},
     // A few-megabyte model of the same kind, for tests.
     {"tiny", 2, 256, 4, 2, 64, 512, 0, 4096, 500000.0, true},
 };
