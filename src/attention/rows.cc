@@ -21,50 +21,85 @@ static uint32_t order_key(float f) {
   return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
 }
 
+// Scratch of the selections on this thread, reused from call to call (the
+// decode step selects 30-90 rows of a few thousand keys each; allocating
+// per call cost as much as the selection).
+struct SelectScratch {
+  std::vector<uint32_t> keys;
+  std::vector<int32_t> candidates, next, above;
+};
+static SelectScratch& select_scratch() {
+  thread_local SelectScratch scratch;
+  return scratch;
+}
+
 // The k largest among scores[list[i]], i < m (list ascending; null: the
 // indices 0..m-1), written ascending. Finds the k-th largest order key digit
-// by digit (11, 11, 10 bits), narrowing a candidate list after each pass;
-// `wanted` counts how many keys equal to the final threshold it takes.
+// by digit (11 bits at a time) below the bits every key shares (those above
+// the highest bit in which the smallest and largest keys differ), narrowing
+// a candidate list after each pass; `wanted` counts how many keys equal to
+// the final threshold it takes.
 static void radix_select(const float* scores, const int32_t* list, int64_t m, int64_t k, int32_t* out) {
   const auto index = [&](int64_t i) { return list ? list[i] : int32_t(i); };
-  std::vector<uint32_t> keys(static_cast<size_t>(m));
-  std::vector<int32_t> candidates, next;  // positions into the list
-  uint32_t prefix = 0;
+  SelectScratch& scratch = select_scratch();
+  scratch.keys.resize(size_t(m));
+  scratch.candidates.resize(size_t(m));
+  scratch.next.resize(size_t(m));
+  uint32_t* keys = scratch.keys.data();
+  uint32_t low = ~uint32_t(0), high = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    keys[i] = order_key(scores[index(i)]);
+    low = std::min(low, keys[i]);
+    high = std::max(high, keys[i]);
+  }
+  uint32_t prefix = low & high, mask = 0;  // the shared high bits so far
+  int bit = 31 - std::countl_zero(low ^ high);  // highest differing bit; -1: all equal
+  if (bit >= 0) mask = ~((uint32_t(2) << bit) - 1), prefix &= mask;
+  else mask = ~uint32_t(0), prefix = low;
   int64_t wanted = k;
-  constexpr int kShifts[3] = {21, 10, 0};
-  constexpr uint32_t kMasks[3] = {0x7ff, 0x7ff, 0x3ff};
-  for (int pass = 0; pass < 3; ++pass) {
-    int64_t histogram[2048] = {};
-    const int shift = kShifts[pass];
-    if (pass == 0) {
-      for (int64_t i = 0; i < m; ++i) {
-        keys[i] = order_key(scores[index(i)]);
-        ++histogram[keys[i] >> shift];
-      }
+  int32_t* candidates = scratch.candidates.data();
+  int64_t n_candidates = -1;  // -1: every key
+  uint32_t histogram[2048];
+  while (bit >= 0) {
+    const int width = std::min(bit + 1, 11);
+    const int shift = bit + 1 - width;
+    const uint32_t digit_mask = (uint32_t(1) << width) - 1;
+    std::fill(histogram, histogram + (size_t(1) << width), 0u);
+    if (n_candidates < 0) {
+      for (int64_t i = 0; i < m; ++i) ++histogram[(keys[i] >> shift) & digit_mask];
     } else {
-      for (int32_t i : candidates) ++histogram[(keys[i] >> shift) & kMasks[pass]];
+      for (int64_t c = 0; c < n_candidates; ++c) ++histogram[(keys[candidates[c]] >> shift) & digit_mask];
     }
-    uint32_t digit = kMasks[pass];
+    uint32_t digit = digit_mask;
     while (histogram[digit] < wanted) wanted -= histogram[digit--];
     prefix |= digit << shift;
+    mask |= digit_mask << shift;
+    bit = shift - 1;
+    if (int64_t(histogram[digit]) == wanted) break;  // the whole bin is taken
     // Keep the positions that still match the prefix (ascending).
-    const uint32_t high_mask = ~((uint32_t(1) << shift) - 1);
-    next.clear();
-    if (pass == 0) {
-      for (int64_t i = 0; i < m; ++i)
-        if ((keys[i] & high_mask) == prefix) next.push_back(int32_t(i));
+    int32_t* next = scratch.next.data();
+    int64_t n_next = 0;
+    if (n_candidates < 0) {
+      for (int64_t i = 0; i < m; ++i) next[n_next] = int32_t(i), n_next += (keys[i] & mask) == prefix;
     } else {
-      for (int32_t i : candidates)
-        if ((keys[i] & high_mask) == prefix) next.push_back(i);
+      for (int64_t c = 0; c < n_candidates; ++c)
+        next[n_next] = candidates[c], n_next += (keys[candidates[c]] & mask) == prefix;
     }
-    candidates.swap(next);
+    scratch.candidates.swap(scratch.next);
+    candidates = scratch.candidates.data();
+    n_candidates = n_next;
   }
-  // Keys above the threshold all go in; of those equal to it, the lowest
-  // indices, `wanted` of them.
-  const uint32_t threshold = prefix;
+  // Keys above the threshold all go in; of those equal to it (under the
+  // mask), the lowest indices, `wanted` of them. Branch-free: about half of
+  // a candidate list is taken, in no predictable order.
   int64_t written = 0;
-  for (int64_t i = 0; i < m; ++i)
-    if (keys[i] > threshold || (keys[i] == threshold && wanted-- > 0)) out[written++] = index(i);
+  for (int64_t i = 0; i < m && written < k; ++i) {
+    const uint32_t masked = keys[i] & mask;
+    const bool equal_taken = masked == prefix && wanted > 0;
+    wanted -= equal_taken;
+    out[written] = index(i);
+    written += masked > prefix || equal_taken;
+  }
 }
 
 // Eight scores at j compared with t: bit i set where scores[j + i] > t
@@ -79,6 +114,26 @@ static void compare8(const float* scores, int64_t j, __m256 t, unsigned& greater
 static int32_t* emit(unsigned mask, int64_t j, int32_t* out) {
   for (; mask; mask &= mask - 1) *out++ = int32_t(j + __builtin_ctz(mask));
   return out;
+}
+
+// For each 8-bit mask, the positions of its set bits as bytes, lowest first.
+static constexpr std::array<uint64_t, 256> kSetBitPositions = [] {
+  std::array<uint64_t, 256> table{};
+  for (unsigned mask = 0; mask < 256; ++mask) {
+    int n = 0;
+    for (unsigned bit = 0; bit < 8; ++bit)
+      if (mask & (1u << bit)) table[mask] |= uint64_t(bit) << (8 * n++);
+  }
+  return table;
+}();
+
+// emit without a branch per index (a tenth to a fifth of a row is taken, in
+// no predictable pattern): stores eight indices and advances by the count,
+// so `out` needs room for 7 more than it keeps.
+static int32_t* emit_packed(unsigned mask, int64_t j, int32_t* out) {
+  const __m256i bits = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(kSetBitPositions[mask])));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_add_epi32(bits, _mm256_set1_epi32(int32_t(j))));
+  return out + std::popcount(mask);
 }
 
 // The top k of scores[0, n) from a threshold t, or false when t does not
@@ -98,11 +153,12 @@ static bool top_k_from_threshold(const float* scores, int64_t n, int64_t k, floa
   }
   for (int64_t j = n8; j < n; ++j) above += scores[j] > t, at += scores[j] == t;
   if (above >= k) {
-    std::vector<int32_t> candidates(static_cast<size_t>(above));
+    std::vector<int32_t>& candidates = select_scratch().above;
+    candidates.resize(size_t(above) + 8);
     int32_t* end = candidates.data();
     for (int64_t j = 0; j < n8; j += 8) {
       compare8(scores, j, t8, greater, equal);
-      end = emit(greater, j, end);
+      end = emit_packed(greater, j, end);
     }
     for (int64_t j = n8; j < n; ++j)
       if (scores[j] > t) *end++ = int32_t(j);
