@@ -44,7 +44,8 @@ std::string temp_path(const std::string& name) {
 
 TEST(SyntheticModel, TinyLoadsInEveryTypeWithTheRightDistribution) {
   const SyntheticPreset& preset = synthetic_preset("tiny");
-  for (const TensorType type : {TensorType::BF16, TensorType::F16, TensorType::F32, TensorType::Q8_0, TensorType::Q4_K}) {
+  for (const TensorType type :
+       {TensorType::BF16, TensorType::F16, TensorType::F32, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
     const std::string path = temp_path(std::string(type_traits(type).name) + ".gguf");
     write_synthetic_model(preset, type, 7, tokenizer_source(), path);
     const Model model = Model::load(path);
@@ -77,6 +78,9 @@ TEST(SyntheticModel, TinyLoadsInEveryTypeWithTheRightDistribution) {
     EXPECT_NEAR(squares / n, a * a / 3, 0.1 * a * a) << type_traits(type).name;
     if (type == TensorType::Q4_K) {
       EXPECT_EQ(levels.size(), 16u);
+    }
+    if (type == TensorType::Q6_K) {
+      EXPECT_EQ(levels.size(), 64u);
     }
     // It runs: a forward pass gives finite logits.
     Sequence seq = model.new_sequence(8, attention::KvType::F32, attention::make_dense(c.attention_shape()));

@@ -28,12 +28,13 @@ struct SynthArgs {
 };
 
 TensorType parse_weight_type(const std::string& name) {
-  for (const TensorType type : {TensorType::BF16, TensorType::F16, TensorType::F32, TensorType::Q8_0, TensorType::Q4_K}) {
+  for (const TensorType type :
+       {TensorType::BF16, TensorType::F16, TensorType::F32, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
     std::string lower(type_traits(type).name);
     for (char& c : lower) c = char(std::tolower(uint8_t(c)));
     if (name == lower) return type;
   }
-  fail("--type '{}' is not a synthetic weight type (bf16, f16, f32, q8_0, q4_k)", name);
+  fail("--type '{}' is not a synthetic weight type (bf16, f16, f32, q8_0, q4_k, q6_k)", name);
 }
 
 void run_synth(const SynthArgs& args) {
@@ -64,7 +65,7 @@ void register_synth(CLI::App& app) {
   for (const model::SyntheticPreset& p : model::synthetic_presets())
     presets += fmt::format("{}{}", presets.empty() ? "" : ", ", p.name);
   cmd->add_option("--preset", args->preset, fmt::format("Model shape: {}", presets))->capture_default_str();
-  cmd->add_option("--type", args->type, "Weight matrix type: bf16, f16, f32, q8_0, q4_k")->capture_default_str();
+  cmd->add_option("--type", args->type, "Weight matrix type: bf16, f16, f32, q8_0, q4_k, q6_k")->capture_default_str();
   cmd->add_option("-o,--out", args->out, "GGUF file to write")->required();
   cmd->add_option("--tokenizer", args->tokenizer, "GGUF whose tokenizer the model gets (vocabulary padded)")
       ->capture_default_str();

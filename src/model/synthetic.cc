@@ -90,6 +90,26 @@ gguf::Writer::Fill random_matrix(TensorType type, int64_t cols, float a, uint64_
           }
           break;
         }
+        case TensorType::Q6_K: {
+          // Blocks of 256: 6-bit quants (low nibbles at 0, high bit pairs at
+          // 128, laid out as the CPU's q6_k_scalar reads them), 16 int8 scales
+          // (all 127 here), fp16 d; a value is d * 127 * (q - 32) for q in
+          // 0..63, so d = a / (32 * 127).
+          const uint16_t d = fp32_to_fp16(a / (32.0f * 127.0f));
+          for (int64_t b = 0; b < cols / 256; ++b) {
+            uint8_t* block = row + 210 * b;
+            std::memset(block, 0, 192);
+            std::memset(block + 192, 127, 16);
+            std::memcpy(block + 208, &d, 2);
+            for (int j = 0; j < 256; ++j) {
+              const int q = int(std::min(63.0f, 32.0f * (value(256 * b + j) + 1.0f)));
+              const int group = j / 16, half = group / 8, quarter = (group % 8) / 2, first = 16 * (group % 2) + j % 16;
+              block[64 * half + 32 * (quarter % 2) + first] |= uint8_t((q & 15) << (4 * (quarter / 2)));
+              block[128 + 32 * half + first] |= uint8_t((q >> 4) << (2 * quarter));
+            }
+          }
+          break;
+        }
         default: fail("synthetic weights cannot be written as {}", type_traits(type).name);
       }
     }
@@ -170,14 +190,14 @@ const SyntheticPreset& synthetic_preset(std::string_view name) {
 
 bool synthetic_weight_type(TensorType type) {
   return type == TensorType::BF16 || type == TensorType::F16 || type == TensorType::F32 || type == TensorType::Q8_0 ||
-         type == TensorType::Q4_K;
+         type == TensorType::Q4_K || type == TensorType::Q6_K;
 }
 
 void write_synthetic_model(const SyntheticPreset& p, TensorType weight_type, uint64_t seed,
                            const gguf::File& tokenizer_source, const std::string& path,
                            const std::function<void(uint64_t, uint64_t)>& progress) {
   if (!synthetic_weight_type(weight_type))
-    fail("synthetic weights cannot be written as {} (types: bf16, f16, f32, q8_0, q4_k)",
+    fail("synthetic weights cannot be written as {} (types: bf16, f16, f32, q8_0, q4_k, q6_k)",
          type_traits(weight_type).name);
   const int64_t block = type_traits(weight_type).block_elements;
   if (p.d_model % block != 0 || p.ffn_dim % block != 0)
