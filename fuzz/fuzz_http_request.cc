@@ -92,7 +92,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check(head_end != std::string::npos, "no end of the response head", response);
   const std::string_view head(response.data(), head_end);
   const size_t length_at = head.find("Content-Length: ");
-  const bool head_request = request.rfind("HEAD ", 0) == 0;  // its Content-Length is the GET's, with no body
+  // A HEAD request's Content-Length is the GET's, with no body; the method
+  // ends at a space or at the line's end ("HEAD\r\n" is one too, malformed).
+  const bool head_request = request.substr(0, request.find_first_of(" \r\n")) == "HEAD";
   if (!head_request && head.find("Content-Type: application/json") != std::string_view::npos &&
       length_at != std::string_view::npos) {
     const size_t length = std::strtoull(head.data() + length_at + 16, nullptr, 10);
