@@ -27,25 +27,16 @@ struct SynthArgs {
   bool quiet = false;
 };
 
-TensorType parse_weight_type(const std::string& name) {
-  for (const TensorType type :
-       {TensorType::BF16, TensorType::F16, TensorType::F32, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
-    std::string lower(type_traits(type).name);
-    for (char& c : lower) c = char(std::tolower(uint8_t(c)));
-    if (name == lower) return type;
-  }
-  fail("--type '{}' is not a synthetic weight type (bf16, f16, f32, q8_0, q4_k, q6_k)", name);
-}
-
 void run_synth(const SynthArgs& args) {
   const model::SyntheticPreset& preset = model::synthetic_preset(args.preset);
-  const TensorType type = parse_weight_type(args.type);
+  const std::optional<TensorType> type = model::synthetic_weight_type(args.type);
+  if (!type) fail("--type '{}' is not a synthetic weight type ({})", args.type, model::synthetic_weight_type_names());
   check_output_file(args.out, "--out", {args.tokenizer});
   ops::configure_threads(args.threads);
   const gguf::File tokenizer = gguf::File::open(args.tokenizer);
   Stopwatch clock;
   ProgressBar bar(1, {.label = "synth", .unit = "MB", .show_after_seconds = 1.0});
-  model::write_synthetic_model(preset, type, args.seed, tokenizer, args.out, [&](uint64_t done, uint64_t) {
+  model::write_synthetic_model(preset, *type, args.seed, tokenizer, args.out, [&](uint64_t done, uint64_t) {
     if (!args.quiet) bar.update(done >> 20);
   });
   bar.finish();
@@ -65,7 +56,8 @@ void register_synth(CLI::App& app) {
   for (const model::SyntheticPreset& p : model::synthetic_presets())
     presets += fmt::format("{}{}", presets.empty() ? "" : ", ", p.name);
   cmd->add_option("--preset", args->preset, fmt::format("Model shape: {}", presets))->capture_default_str();
-  cmd->add_option("--type", args->type, "Weight matrix type: bf16, f16, f32, q8_0, q4_k, q6_k")->capture_default_str();
+  cmd->add_option("--type", args->type, fmt::format("Weight matrix type: {}", model::synthetic_weight_type_names()))
+      ->capture_default_str();
   cmd->add_option("-o,--out", args->out, "GGUF file to write")->required();
   cmd->add_option("--tokenizer", args->tokenizer, "GGUF whose tokenizer the model gets (vocabulary padded)")
       ->capture_default_str();

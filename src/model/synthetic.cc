@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -27,6 +29,16 @@ constexpr SyntheticPreset kPresets[] = {
     // A few-megabyte model of the same kind, for tests.
     {"tiny", 2, 256, 4, 2, 64, 512, 0, 4096, 500000.0, true},
 };
+
+// The types random_matrix writes.
+constexpr TensorType kWeightTypes[] = {TensorType::BF16, TensorType::F16,  TensorType::F32,
+                                       TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K};
+
+std::string lower_case_name(TensorType type) {
+  std::string name(type_traits(type).name);
+  for (char& c : name) c = char(std::tolower(uint8_t(c)));
+  return name;
+}
 
 // A uniform value in [-1, 1) from (seed, tensor, element): splitmix64.
 float uniform(uint64_t seed, uint64_t tensor, uint64_t element) {
@@ -188,17 +200,24 @@ const SyntheticPreset& synthetic_preset(std::string_view name) {
   fail("unknown preset '{}' (presets: {})", name, fmt::join(names, ", "));
 }
 
-bool synthetic_weight_type(TensorType type) {
-  return type == TensorType::BF16 || type == TensorType::F16 || type == TensorType::F32 || type == TensorType::Q8_0 ||
-         type == TensorType::Q4_K || type == TensorType::Q6_K;
+std::optional<TensorType> synthetic_weight_type(std::string_view name) {
+  for (const TensorType type : kWeightTypes)
+    if (lower_case_name(type) == name) return type;
+  return std::nullopt;
+}
+
+std::string synthetic_weight_type_names() {
+  std::vector<std::string> names;
+  for (const TensorType type : kWeightTypes) names.push_back(lower_case_name(type));
+  return fmt::format("{}", fmt::join(names, ", "));
 }
 
 void write_synthetic_model(const SyntheticPreset& p, TensorType weight_type, uint64_t seed,
                            const gguf::File& tokenizer_source, const std::string& path,
                            const std::function<void(uint64_t, uint64_t)>& progress) {
-  if (!synthetic_weight_type(weight_type))
-    fail("synthetic weights cannot be written as {} (types: bf16, f16, f32, q8_0, q4_k, q6_k)",
-         type_traits(weight_type).name);
+  if (std::ranges::find(kWeightTypes, weight_type) == std::end(kWeightTypes))
+    fail("synthetic weights cannot be written as {} (types: {})", type_traits(weight_type).name,
+         synthetic_weight_type_names());
   const int64_t block = type_traits(weight_type).block_elements;
   if (p.d_model % block != 0 || p.ffn_dim % block != 0)
     fail("preset {} has rows of {} and {} values, not multiples of {}'s block of {}", p.name, p.d_model, p.ffn_dim,

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -30,8 +31,11 @@ std::span<const SyntheticPreset> synthetic_presets();
 const SyntheticPreset& synthetic_preset(std::string_view name);
 
 // Weight matrix types a synthetic model can be written in: BF16, F16, F32,
-// Q8_0 or Q4_K (norms stay F32).
-bool synthetic_weight_type(TensorType type);
+// Q8_0, Q4_K or Q6_K (norms stay F32), by lower-case name ("q4_k"); nullopt
+// when `name` is not one.
+std::optional<TensorType> synthetic_weight_type(std::string_view name);
+// Their names, comma-separated, for help and error texts.
+std::string synthetic_weight_type_names();
 
 // Writes the model to `path` (atomically). Weights are uniform with the
 // variance 1/fan_in, a pure function of (seed, tensor, element), so any
