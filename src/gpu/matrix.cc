@@ -10,6 +10,7 @@ namespace {
 
 constexpr int64_t kQ8_0Block = 32, kQ8_0BlockBytes = 34;
 constexpr int64_t kQ4_KBlock = 256, kQ4_KBlockBytes = 144;
+constexpr int64_t kQ6_KBlock = 256, kQ6_KBlockBytes = 210, kQ6_KBodyBytes = 208;
 
 }  // namespace
 
@@ -29,6 +30,7 @@ MatrixFormat device_format(std::initializer_list<const ops::Weight*> parts) {
     if (w->type != type) return MatrixFormat::BF16;
   if (type == TensorType::Q8_0) return MatrixFormat::Q8_0;
   if (type == TensorType::Q4_K) return MatrixFormat::Q4_K;
+  if (type == TensorType::Q6_K) return MatrixFormat::Q6_K;
   return MatrixFormat::BF16;
 }
 
@@ -38,6 +40,7 @@ uint64_t device_bytes(MatrixFormat format, int64_t rows, int64_t cols) {
     case MatrixFormat::BF16: return 2 * elements;
     case MatrixFormat::Q8_0: return elements + 2 * (elements / kQ8_0Block);
     case MatrixFormat::Q4_K: return elements / kQ4_KBlock * kQ4_KBlockBytes;
+    case MatrixFormat::Q6_K: return elements / kQ6_KBlock * kQ6_KBlockBytes;
   }
   return 0;
 }
@@ -73,6 +76,16 @@ std::vector<uint8_t> pack_rows(MatrixFormat format, std::initializer_list<const 
           case MatrixFormat::Q4_K:
             std::memcpy(out.data() + row * (cols / kQ4_KBlock) * kQ4_KBlockBytes, src, w->row_bytes);
             break;
+          case MatrixFormat::Q6_K: {
+            const int64_t blocks = cols / kQ6_KBlock;
+            uint8_t* bodies = out.data() + row * blocks * kQ6_KBodyBytes;
+            uint8_t* scales = out.data() + rows * blocks * kQ6_KBodyBytes + 2 * row * blocks;
+            for (int64_t b = 0; b < blocks; ++b) {
+              std::memcpy(bodies + b * kQ6_KBodyBytes, src + b * kQ6_KBlockBytes, kQ6_KBodyBytes);
+              std::memcpy(scales + 2 * b, src + b * kQ6_KBlockBytes + kQ6_KBodyBytes, 2);
+            }
+            break;
+          }
         }
       }
     }

@@ -17,6 +17,7 @@ namespace {
 constexpr int kThreads = 256;                  // 8 warps, so 8 weight rows per block at a time
 constexpr int64_t kMaxBlocks = 132 * 8;       // a few waves of the H200's 132 SMs
 constexpr int64_t kQ4_KBlockVectors = 9;      // 144 bytes: a 16-byte header, 128 bytes of nibbles
+constexpr int64_t kQ6_KBodyVectors = 13;      // 208 bytes: 128 of low nibbles, 64 of high bits, 16 scales
 
 __device__ __forceinline__ float half_value(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
 
@@ -39,8 +40,18 @@ __device__ __forceinline__ const uint16_t* q8_0_scales(const Matrix& w) {
   return reinterpret_cast<const uint16_t*>(w.data + w.rows * w.cols);
 }
 
+// The fp16 d of each Q6_K block, after the blocks' bodies.
+__device__ __forceinline__ const uint16_t* q6_k_d(const Matrix& w) {
+  return reinterpret_cast<const uint16_t*>(w.data + w.rows * (w.cols / 256) * kQ6_KBodyVectors * 16);
+}
+
 // Signed byte k of a word.
 __device__ __forceinline__ float signed_byte(uint32_t word, int k) { return float(int32_t(word << (24 - 8 * k)) >> 24); }
+// Signed byte k (< 16) of 16 bytes.
+__device__ __forceinline__ int vector_byte(const uint4& v, int k) {
+  const uint32_t word = k < 4 ? v.x : k < 8 ? v.y : k < 12 ? v.z : v.w;
+  return int32_t(word << (24 - 8 * (k & 3))) >> 24;
+}
 
 // Q4_K block header (fp16 d, fp16 dmin, 12 packed bytes) as a uint4: d *
 // scale and dmin * min of sub-block j, as the CPU's unpack_k_scales.
@@ -227,6 +238,80 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q4_k_kernel(
   }
 }
 
+// Q6_K: eight lanes per 256-value block, as Q4_K. Lane part p = 4h + a
+// loads low-nibble bytes [64h + 16a, +16) and high-bit bytes [32h + 16(a %
+// 2), +16) of the block: with bits 2(a / 2) and 2(a / 2) + 4 of the high
+// bytes they make values 16(8h + a) + i (low nibbles) and 64 later (high
+// nibbles), i < 16, whose scales are the block's scales 8h + a and 8h + a + 4
+// (the layout the CPU's q6_k_scalar states). Per run of 16,
+// sum(x * d * scale * (q - 32)) = dx * d * scale * (sum(q * xq) - 32 sum(xq)).
+template <int kRows>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q6_k_kernel(Matrix w, GemvInput x, float* out, float beta) {
+  constexpr int kUnroll = 2;
+  constexpr int kOnes = 0x01010101;
+  const int lane = threadIdx.x & 31, part = lane & 7, half = part >> 2, quarter = part & 3;
+  const int high_shift = 2 * (quarter >> 1);
+  const int first_value = 128 * half + 16 * quarter;  // of the low-nibble run; the high one is 64 later
+  const int64_t blocks = w.cols / 256;
+  FOR_EACH_ROW(w) {
+    const uint4* row_blocks = reinterpret_cast<const uint4*>(w.data) + row * blocks * kQ6_KBodyVectors;
+    const uint16_t* row_d = q6_k_d(w) + row * blocks;
+    float acc[kRows] = {};
+    for (int64_t b0 = lane >> 3; b0 < blocks; b0 += 4 * kUnroll) {
+      uint4 low[kUnroll], high[kUnroll], scales[kUnroll];
+      uint16_t d_bits[kUnroll] = {};
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t b = b0 + 4 * u;
+        if (b < blocks) {
+          const uint4* block = row_blocks + b * kQ6_KBodyVectors;
+          low[u] = __ldcs(block + 4 * half + quarter);
+          high[u] = __ldcs(block + 8 + 2 * half + (quarter & 1));
+          scales[u] = __ldcs(block + 12);
+          d_bits[u] = __ldcs(row_d + b);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t b = b0 + 4 * u;
+        if (b >= blocks) break;
+        const float d = half_value(d_bits[u]);
+        const float low_scale = d * float(vector_byte(scales[u], 8 * half + quarter));
+        const float high_scale = d * float(vector_byte(scales[u], 8 * half + quarter + 4));
+        const uint32_t low_words[4] = {low[u].x, low[u].y, low[u].z, low[u].w};
+        const uint32_t high_words[4] = {high[u].x, high[u].y, high[u].z, high[u].w};
+        int low_q[4], high_q[4];  // 6-bit values, four a word
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          low_q[i] = int((low_words[i] & 0x0f0f0f0fu) | ((high_words[i] >> high_shift) & 0x03030303u) << 4);
+          high_q[i] = int(((low_words[i] >> 4) & 0x0f0f0f0fu) | ((high_words[i] >> (high_shift + 4)) & 0x03030303u) << 4);
+        }
+        const int64_t column = b * 256 + first_value;
+#pragma unroll
+        for (int t = 0; t < kRows; ++t) {
+          const int8_t* in = x.quants + t * w.cols + column;
+          const uint4 low_in = __ldg(reinterpret_cast<const uint4*>(in));
+          const uint4 high_in = __ldg(reinterpret_cast<const uint4*>(in + 64));
+          const int low_x[4] = {int(low_in.x), int(low_in.y), int(low_in.z), int(low_in.w)};
+          const int high_x[4] = {int(high_in.x), int(high_in.y), int(high_in.z), int(high_in.w)};
+          int low_dot = 0, low_sum = 0, high_dot = 0, high_sum = 0;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            low_dot = __dp4a(low_q[i], low_x[i], low_dot);
+            low_sum = __dp4a(kOnes, low_x[i], low_sum);
+            high_dot = __dp4a(high_q[i], high_x[i], high_dot);
+            high_sum = __dp4a(kOnes, high_x[i], high_sum);
+          }
+          const float* dx = x.scales + t * (w.cols / 32) + column / 32;
+          acc[t] += __ldg(dx) * low_scale * float(low_dot - 32 * low_sum) +
+                    __ldg(dx + 2) * high_scale * float(high_dot - 32 * high_sum);
+        }
+      }
+    }
+    write_rows<kRows>(acc, row, w.rows, out, beta);
+  }
+}
+
 // Four threads per 32 input values, 8 each; the grid is rounded up to whole
 // warps, so every lane reaches quantize_block's shuffles.
 template <bool kHalf>
@@ -265,6 +350,24 @@ __device__ __forceinline__ void values8(const Matrix& w, int64_t row, int64_t c0
       for (int i = 0; i < 8; ++i) {
         const uint32_t byte = ((i < 4 ? raw.x : raw.y) >> (8 * (i % 4))) & 0xff;
         v[i] = __fmaf_rn(float((byte >> shift) & 0x0f), scale, -min);
+      }
+      return;
+    }
+    case MatrixFormat::Q6_K: {  // the CPU's q6_k_scalar: (d * scale) * (q - 32)
+      const int64_t block_index = row * (w.cols / 256) + c0 / 256;
+      const uint8_t* block = w.data + block_index * kQ6_KBodyVectors * 16;
+      const int group = int(c0 % 256) / 16, offset = int(c0 % 16);
+      const int half = group / 8, quarter = (group % 8) / 2, first = 16 * (group % 2) + offset;
+      const uint2 low = *reinterpret_cast<const uint2*>(block + 64 * half + 32 * (quarter % 2) + first);
+      const uint2 high = *reinterpret_cast<const uint2*>(block + 128 + 32 * half + first);
+      const int low_shift = 4 * (quarter / 2), high_shift = 2 * quarter;
+      const float scale = half_value(q6_k_d(w)[block_index]) * float(int8_t(block[192 + group]));
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const uint32_t low_byte = ((i < 4 ? low.x : low.y) >> (8 * (i % 4))) & 0xff;
+        const uint32_t high_byte = ((i < 4 ? high.x : high.y) >> (8 * (i % 4))) & 0xff;
+        const int q = int((low_byte >> low_shift) & 0x0f) | int((high_byte >> high_shift) & 3) << 4;
+        v[i] = __fmul_rn(scale, float(q - 32));
       }
       return;
     }
@@ -311,6 +414,7 @@ void launch_gemv(const Matrix& w, const GemvInput& x, float* out, float beta, cu
       return;
     case MatrixFormat::Q8_0: gemv_q8_0_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, beta); return;
     case MatrixFormat::Q4_K: gemv_q4_k_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, beta); return;
+    case MatrixFormat::Q6_K: gemv_q6_k_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, beta); return;
   }
 }
 

@@ -1,13 +1,17 @@
 // Weight matrices on the GPU and the kernels that read them.
 //
 // A matrix keeps the file's encoding where the GPU has a kernel for it, so
-// that decode streams as few bytes as the file holds: Q8_0 and Q4_K stay
-// quantized (an 8B model in Q4_K takes ~5 GB, not 16); every other type is
-// dequantized to bf16 at load. Device layouts, `rows` x `cols`, row-major:
+// that decode streams as few bytes as the file holds: Q8_0, Q4_K and Q6_K
+// stay quantized (an 8B model in Q4_K takes ~5 GB, not 16; a Q4_K_M file's
+// Q6_K output and down projections stay 6.6 bits a weight); every other type
+// is dequantized to bf16 at load. Device layouts, `rows` x `cols`, row-major:
 //   BF16  bf16 [rows][cols]
 //   Q8_0  int8 [rows][cols], then fp16 scales [rows][cols / 32]: the file's
 //         34-byte blocks split so that every load is 16-byte aligned
 //   Q4_K  the file's 144-byte blocks [rows][cols / 256], as they are (9 x 16 bytes)
+//   Q6_K  the file's 210-byte blocks split the same way: their first 208 bytes
+//         (low nibbles, high bits, the 16 scales: 13 x 16 bytes) [rows][cols /
+//         256], then the fp16 d of each block [rows][cols / 256]
 // Values are the CPU's (quant/dequant.h) to the last bit where dequantized.
 #pragma once
 
@@ -22,7 +26,7 @@
 
 namespace kascade::gpu {
 
-enum class MatrixFormat { BF16, Q8_0, Q4_K };
+enum class MatrixFormat { BF16, Q8_0, Q4_K, Q6_K };
 
 struct Matrix {
   MatrixFormat format = MatrixFormat::BF16;
@@ -38,7 +42,7 @@ inline Matrix bf16_matrix(const uint16_t* data, int64_t rows, int64_t cols) {
 // Host side: from the file's tensors to the device layout.
 
 // The format the parts are kept in when stacked (rows of the first, then the
-// next, ...): Q8_0 or Q4_K when every part has that type, else BF16.
+// next, ...): Q8_0, Q4_K or Q6_K when every part has that type, else BF16.
 MatrixFormat device_format(std::initializer_list<const ops::Weight*> parts);
 // Rows of the parts stacked; throws Error when their column counts differ.
 int64_t stacked_rows(std::initializer_list<const ops::Weight*> parts);

@@ -222,8 +222,8 @@ TEST_F(GpuEngine, BatchedDecodeMatchesTheCpu) {
   }
 }
 
-// A random weight matrix in the file encoding of `type` (BF16, Q8_0 or
-// Q4_K), with its bytes: scales and mins of either sign, every quant value.
+// A random weight matrix in the file encoding of `type` (BF16, Q8_0, Q4_K
+// or Q6_K), with its bytes: scales and mins of either sign, every quant value.
 struct HostWeight {
   std::vector<uint8_t> bytes;
   ops::Weight weight;
@@ -257,6 +257,12 @@ HostWeight random_weight(TensorType type, int64_t rows, int64_t cols, std::mt199
         for (int i = 4; i < 144; ++i) h.bytes[b + size_t(i)] = uint8_t(rng());
       }
       break;
+    case TensorType::Q6_K:  // nibbles, high bits and signed scales random; d last
+      for (size_t b = 0; b < h.bytes.size(); b += 210) {
+        for (int i = 0; i < 208; ++i) h.bytes[b + size_t(i)] = uint8_t(rng());
+        put_half(h.bytes.data() + b + 208, value(rng) / 4000.0f);
+      }
+      break;
     default: fail("random_weight: no {}", type_traits(type).name);
   }
   h.weight = {fmt::format("random {}", type_traits(type).name), type, h.bytes.data(), rows, cols, row_size};
@@ -267,7 +273,7 @@ HostWeight random_weight(TensorType type, int64_t rows, int64_t cols, std::mt199
 // packed rows dequantize, by the layout matrix.h states, to the CPU's values).
 TEST(GpuMatrixHost, PackingKeepsTheValues) {
   std::mt19937_64 rng(3);
-  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K}) {
+  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
     const HostWeight a = random_weight(type, 3, 512, rng), b = random_weight(type, 2, 512, rng);
     const gpu::MatrixFormat format = gpu::device_format({&a.weight, &b.weight});
     const std::vector<uint8_t> packed = gpu::pack_rows(format, {&a.weight, &b.weight});
@@ -284,10 +290,18 @@ TEST(GpuMatrixHost, PackingKeepsTheValues) {
           uint16_t scale;
           std::memcpy(&scale, packed.data() + 5 * 512 + 2 * (r * 16 + c / 32), 2);
           got = float(int8_t(packed[size_t(r * 512 + c)])) * fp16_to_fp32(scale);
-        } else {
+        } else if (format == gpu::MatrixFormat::Q4_K) {
           std::vector<float> row(512);
           dequantize_row(TensorType::Q4_K, packed.data() + r * 2 * 144, row.data(), 512);
           got = row[size_t(c)];
+        } else {
+          // Each block's 208-byte body and its d, put back together.
+          std::vector<uint8_t> block(210);
+          std::memcpy(block.data(), packed.data() + (r * 2 + c / 256) * 208, 208);
+          std::memcpy(block.data() + 208, packed.data() + 5 * 2 * 208 + 2 * (r * 2 + c / 256), 2);
+          std::vector<float> values(256);
+          dequantize_row(TensorType::Q6_K, block.data(), values.data(), 256);
+          got = values[size_t(c % 256)];
         }
         ASSERT_EQ(got, expected[size_t(c)]) << type_traits(type).name << " row " << r << " column " << c;
       }
@@ -305,7 +319,7 @@ TEST_F(GpuEngine, ProductsMatchDoublePrecision) {
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   gpu::Blas blas(size_t(1) << 20, 14336);  // a small buffer, so that big matrices go through in several slices
-  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K}) {
+  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
     for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1000, 4096}, {333, 14336}, {4100, 256}}) {
       const HostWeight host = random_weight(type, rows, cols, rng);
       const gpu::DeviceMatrix w = gpu::upload_matrix({&host.weight}, "test weights");
@@ -356,7 +370,7 @@ TEST_F(GpuEngine, ProductsMatchDoublePrecision) {
 // bit; gathering rows gives their values times the scale.
 TEST_F(GpuEngine, DequantizeAndGatherMatchTheHost) {
   std::mt19937_64 rng(12);
-  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K}) {
+  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
     const HostWeight host = random_weight(type, 300, 1024, rng);
     const gpu::DeviceMatrix w = gpu::upload_matrix({&host.weight}, "test weights");
     const std::vector<uint8_t> expected = gpu::pack_rows(gpu::MatrixFormat::BF16, {&host.weight});
