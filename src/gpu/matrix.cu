@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "gpu/matrix.h"
 #include "gpu/quantize_block.cuh"
@@ -18,6 +19,7 @@ constexpr int kThreads = 256;                  // 8 warps, so 8 weight rows per 
 constexpr int64_t kMaxBlocks = 132 * 8;       // a few waves of the H200's 132 SMs
 constexpr int64_t kQ4_KBlockVectors = 9;      // 144 bytes: a 16-byte header, 128 bytes of nibbles
 constexpr int64_t kQ6_KBodyVectors = 13;      // 208 bytes: 128 of low nibbles, 64 of high bits, 16 scales
+constexpr int kOnes = 0x01010101;             // four bytes of 1: a dot product with it sums the other's bytes
 
 __device__ __forceinline__ float half_value(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
 
@@ -187,7 +189,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q8_0_kernel(
 template <int kRows>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q4_k_kernel(Matrix w, GemvInput x, float* out, float beta) {
   constexpr int kUnroll = 2;
-  constexpr int kOnes = 0x01010101;
   const int lane = threadIdx.x & 31, part = lane & 7, group = part >> 1;
   const int first_value = 64 * group + 16 * (part & 1);  // of the low-nibble run; the high one is 32 later
   const int64_t blocks = w.cols / 256;
@@ -248,7 +249,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q4_k_kernel(
 template <int kRows>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q6_k_kernel(Matrix w, GemvInput x, float* out, float beta) {
   constexpr int kUnroll = 2;
-  constexpr int kOnes = 0x01010101;
   const int lane = threadIdx.x & 31, part = lane & 7, half = part >> 2, quarter = part & 3;
   const int high_shift = 2 * (quarter >> 1);
   const int first_value = 128 * half + 16 * quarter;  // of the low-nibble run; the high one is 64 later
@@ -309,6 +309,219 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q6_k_kernel(
       }
     }
     write_rows<kRows>(acc, row, w.rows, out, beta);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Quantized products of 2 to kMaxQuantizedGemvRows input rows on the tensor
+// cores (mma.sync, int8 in, int32 out): a block of 8 warps takes 16 weight
+// rows, its warps split the columns, and each 16 x 32 weight tile (16 x 16
+// for Q6_K, one tile per scale) is multiplied with every input row at once,
+// so the weights are read once a step for the whole batch. Each tile's
+// integer dots are scaled into fp32 accumulators as gemv's are.
+//
+// Fragments (PTX ISA, mma.m16n8k32 / m16n8k16 with .s8): lane 4g + t holds
+// weight rows g and g + 8 and input row g of an 8-row input tile, and gets
+// the dots of weight rows g, g + 8 with input rows 2t, 2t + 1. The order of
+// the k slots within a tile is free as long as weights and inputs agree: here
+// lane t's slots are the tile's values 8t..8t+7 (k32: slots 4t..4t+3 and
+// 16+4t..16+4t+3) or 4t..4t+3 (k16), so every lane loads contiguous bytes.
+
+constexpr int kMmqWarps = 8;
+constexpr int kMmqRows = 16;  // weight rows a block takes
+
+__device__ __forceinline__ void mma_k32(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int (&c)[4]) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+__device__ __forceinline__ void mma_k16(uint32_t a0, uint32_t a1, uint32_t b, int (&c)[4]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
+               : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+               : "r"(a0), "r"(a1), "r"(b), "r"(0));
+}
+
+// A lane's view of the input rows: tile i's row it loads (8i + g) and the two
+// its results belong to (8i + 2t + e), clamped to the last row (the extra
+// results are not written).
+struct MmqLane {
+  int g, t, n;
+  int64_t cols;
+  __device__ int load_row(int tile) const { return min(8 * tile + g, n - 1); }
+  __device__ int result_row(int tile, int e) const { return min(8 * tile + 2 * t + e, n - 1); }
+  // Input scale of the result row's 32-block at column `column`.
+  __device__ float input_scale(const GemvInput& x, int tile, int e, int64_t column) const {
+    return __ldg(x.scales + result_row(tile, e) * (cols / 32) + column / 32);
+  }
+};
+
+// acc[i][q]: the dots of (weight row g + 8 (q / 2), input row 8i + 2t + q % 2).
+
+// Q8_0: a unit is one 32-value block: value = d * q.
+template <int kTiles>
+__device__ __forceinline__ void mmq_q8_0_unit(const Matrix& w, const int64_t (&row)[2], int64_t block,
+                                              const GemvInput& x, const MmqLane& lane, float (&acc)[kTiles][4]) {
+  const int64_t column = 32 * block;
+  uint2 q[2];
+  float d[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    q[r] = __ldcs(reinterpret_cast<const uint2*>(w.data + row[r] * w.cols + column) + lane.t);
+    d[r] = half_value(__ldcs(q8_0_scales(w) + row[r] * (w.cols / 32) + block));
+  }
+  const uint32_t a[4] = {q[0].x, q[1].x, q[0].y, q[1].y};
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    const uint2 b = __ldg(reinterpret_cast<const uint2*>(x.quants + lane.load_row(i) * lane.cols + column) + lane.t);
+    int dot[4];
+    mma_k32(a, b.x, b.y, dot);
+#pragma unroll
+    for (int q4 = 0; q4 < 4; ++q4)
+      acc[i][q4] += lane.input_scale(x, i, q4 & 1, column) * d[q4 >> 1] * float(dot[q4]);
+  }
+}
+
+// Q4_K: a unit is one 256-value block. Sub-block j's values 8t..8t+7 are the
+// low (j even) or high nibbles of the block's bytes 32 (j / 2) + 8t..+7;
+// value = scale * q - min, so a tile's sum is dx * (scale * dot - min * sum
+// of the input's int8 values), the sum from a second product with ones.
+template <int kTiles>
+__device__ __forceinline__ void mmq_q4_k_unit(const Matrix& w, const int64_t (&row)[2], int64_t block,
+                                              const GemvInput& x, const MmqLane& lane, float (&acc)[kTiles][4]) {
+  const int64_t blocks = w.cols / 256;
+  uint4 header[2];
+  uint2 nibbles[2][4];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint4* b = reinterpret_cast<const uint4*>(w.data) + (row[r] * blocks + block) * kQ4_KBlockVectors;
+    header[r] = __ldcs(b);
+#pragma unroll
+    for (int pair = 0; pair < 4; ++pair) nibbles[r][pair] = __ldcs(reinterpret_cast<const uint2*>(b + 1) + 4 * pair + lane.t);
+  }
+  constexpr uint32_t kOnesTile[4] = {kOnes, kOnes, kOnes, kOnes};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int shift = 4 * (j & 1);
+    const uint2* n0 = &nibbles[0][j / 2];
+    const uint2* n1 = &nibbles[1][j / 2];
+    const uint32_t a[4] = {(n0->x >> shift) & 0x0f0f0f0fu, (n1->x >> shift) & 0x0f0f0f0fu,
+                           (n0->y >> shift) & 0x0f0f0f0fu, (n1->y >> shift) & 0x0f0f0f0fu};
+    float scale[2], min[2];
+    q4_k_scale_min(header[0], j, scale[0], min[0]);
+    q4_k_scale_min(header[1], j, scale[1], min[1]);
+    const int64_t column = block * 256 + 32 * j;
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+      const uint2 b = __ldg(reinterpret_cast<const uint2*>(x.quants + lane.load_row(i) * lane.cols + column) + lane.t);
+      int dot[4], sum[4];
+      mma_k32(a, b.x, b.y, dot);
+      mma_k32(kOnesTile, b.x, b.y, sum);
+#pragma unroll
+      for (int q4 = 0; q4 < 4; ++q4)
+        acc[i][q4] += lane.input_scale(x, i, q4 & 1, column) *
+                      (scale[q4 >> 1] * float(dot[q4]) - min[q4 >> 1] * float(sum[q4]));
+    }
+  }
+}
+
+// Q6_K: a unit is one 256-value block, in 16 runs of 16 values, one scale
+// each. Run s = 8h + 2c + e (h half, c quarter of the half, e which 16):
+// values 4t..4t+3 have their low four bits in the low (c < 2) or high
+// nibbles of bytes 64h + 32 (c % 2) + 16e + 4t..+3 and their top two bits at
+// bit 2c of bytes 128 + 32h + 16e + 4t..+3; value = d * scale * (q - 32).
+template <int kTiles>
+__device__ __forceinline__ void mmq_q6_k_unit(const Matrix& w, const int64_t (&row)[2], int64_t block,
+                                              const GemvInput& x, const MmqLane& lane, float (&acc)[kTiles][4]) {
+  const int64_t blocks = w.cols / 256;
+  uint32_t low[2][8], high[2][4];
+  uint4 scales[2];
+  float d[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint8_t* body = w.data + (row[r] * blocks + block) * kQ6_KBodyVectors * 16;
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(body);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) low[r][k] = __ldcs(words + 4 * k + lane.t);  // bytes 16k + 4t
+#pragma unroll
+    for (int k = 0; k < 4; ++k) high[r][k] = __ldcs(words + 32 + 4 * k + lane.t);
+    scales[r] = __ldcs(reinterpret_cast<const uint4*>(body) + 12);
+    d[r] = half_value(__ldcs(q6_k_d(w) + row[r] * blocks + block));
+  }
+#pragma unroll
+  for (int s = 0; s < 16; ++s) {
+    const int h = s / 8, c = (s % 8) / 2, e = s % 2;
+    uint32_t a[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t low_bits = (low[r][4 * h + 2 * (c % 2) + e] >> (4 * (c / 2))) & 0x0f0f0f0fu;
+      const uint32_t high_bits = (high[r][2 * h + e] >> (2 * c)) & 0x03030303u;
+      a[r] = __vsub4(low_bits | high_bits << 4, 0x20202020u);
+    }
+    const float scale[2] = {d[0] * float(vector_byte(scales[0], s)), d[1] * float(vector_byte(scales[1], s))};
+    const int64_t column = block * 256 + 16 * s;
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+      const uint32_t b =
+          __ldg(reinterpret_cast<const uint32_t*>(x.quants + lane.load_row(i) * lane.cols + column) + lane.t);
+      int dot[4];
+      mma_k16(a[0], a[1], b, dot);
+#pragma unroll
+      for (int q4 = 0; q4 < 4; ++q4)
+        acc[i][q4] += lane.input_scale(x, i, q4 & 1, column) * scale[q4 >> 1] * float(dot[q4]);
+    }
+  }
+}
+
+template <MatrixFormat kFormat, int kTiles>
+__global__ void __launch_bounds__(kMmqWarps * 32) mmq_kernel(Matrix w, GemvInput x, int n, float* out, float beta) {
+  __shared__ float partial[kMmqWarps][kTiles * 4][32];
+  const int warp = threadIdx.x >> 5, lane_index = threadIdx.x & 31;
+  const MmqLane lane{lane_index >> 2, lane_index & 3, n, w.cols};
+  const int64_t first_row = int64_t(blockIdx.x) * kMmqRows;
+  const int64_t last = w.rows - 1;  // rows past it load the last one and are not written
+  const int64_t row[2] = {first_row + lane.g < last ? first_row + lane.g : last,
+                          first_row + lane.g + 8 < last ? first_row + lane.g + 8 : last};
+  float acc[kTiles][4] = {};
+  const int64_t units = kFormat == MatrixFormat::Q8_0 ? w.cols / 32 : w.cols / 256;
+#pragma unroll 2
+  for (int64_t unit = warp; unit < units; unit += kMmqWarps) {
+    if constexpr (kFormat == MatrixFormat::Q8_0) mmq_q8_0_unit<kTiles>(w, row, unit, x, lane, acc);
+    if constexpr (kFormat == MatrixFormat::Q4_K) mmq_q4_k_unit<kTiles>(w, row, unit, x, lane, acc);
+    if constexpr (kFormat == MatrixFormat::Q6_K) mmq_q6_k_unit<kTiles>(w, row, unit, x, lane, acc);
+  }
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int q4 = 0; q4 < 4; ++q4) partial[warp][4 * i + q4][lane_index] = acc[i][q4];
+  __syncthreads();
+  for (int k = threadIdx.x; k < kTiles * 4 * 32; k += kMmqWarps * 32) {
+    const int slot = k / 32, holder = k % 32, q4 = slot % 4;
+    float sum = 0;
+#pragma unroll
+    for (int v = 0; v < kMmqWarps; ++v) sum += partial[v][slot][holder];
+    const int64_t r = first_row + holder / 4 + 8 * (q4 / 2);
+    const int t = 8 * (slot / 4) + 2 * (holder % 4) + q4 % 2;
+    if (r < w.rows && t < n) {
+      float* o = out + t * w.rows + r;
+      *o = beta == 0.0f ? sum : sum + beta * *o;
+    }
+  }
+}
+
+template <int kTiles>
+void launch_mmq(const Matrix& w, const GemvInput& x, int n, float* out, float beta, cudaStream_t stream) {
+  const int blocks = int((w.rows + kMmqRows - 1) / kMmqRows);
+  switch (w.format) {
+    case MatrixFormat::Q8_0:
+      mmq_kernel<MatrixFormat::Q8_0, kTiles><<<blocks, kMmqWarps * 32, 0, stream>>>(w, x, n, out, beta);
+      return;
+    case MatrixFormat::Q4_K:
+      mmq_kernel<MatrixFormat::Q4_K, kTiles><<<blocks, kMmqWarps * 32, 0, stream>>>(w, x, n, out, beta);
+      return;
+    case MatrixFormat::Q6_K:
+      mmq_kernel<MatrixFormat::Q6_K, kTiles><<<blocks, kMmqWarps * 32, 0, stream>>>(w, x, n, out, beta);
+      return;
+    case MatrixFormat::BF16: return;
   }
 }
 
@@ -436,6 +649,13 @@ static_assert(kGemvGroup == 8, "launch_gemv_group instantiates groups of 1..8 ro
 }  // namespace
 
 void gemv(const Matrix& w, const GemvInput& x, int64_t n, float* out, float beta, cudaStream_t stream) {
+  static const int mmq_from = getenv("KASCADE_MMQ_FROM") ? atoi(getenv("KASCADE_MMQ_FROM")) : 2;
+  if (w.format != MatrixFormat::BF16 && n >= mmq_from) {
+    if (n <= 8) return launch_mmq<1>(w, x, int(n), out, beta, stream);
+    if (n <= 16) return launch_mmq<2>(w, x, int(n), out, beta, stream);
+    if (n <= 32) return launch_mmq<4>(w, x, int(n), out, beta, stream);
+    return launch_mmq<8>(w, x, int(n), out, beta, stream);
+  }
   for (int64_t t0 = 0; t0 < n; t0 += kGemvGroup) {
     GemvInput group = x;
     if (group.x) group.x += t0 * w.cols;

@@ -64,7 +64,7 @@ DeviceMatrix upload_matrix(std::initializer_list<const ops::Weight*> parts, cons
 // kGemvGroup rows, so a quantized one streams up to four groups before
 // dequantize-then-cuBLAS (gemm.h) costs less.
 inline constexpr int kGemvGroup = 8;
-inline constexpr int kMaxQuantizedGemvRows = 4 * kGemvGroup;
+inline constexpr int kMaxQuantizedGemvRows = 8 * kGemvGroup;
 inline int64_t max_gemv_rows(const Matrix& w) {
   return w.format == MatrixFormat::BF16 ? kGemvGroup : kMaxQuantizedGemvRows;
 }

@@ -325,7 +325,7 @@ TEST_F(GpuEngine, ProductsMatchDoublePrecision) {
       const gpu::DeviceMatrix w = gpu::upload_matrix({&host.weight}, "test weights");
       std::vector<float> values(size_t(rows * cols));
       for (int64_t r = 0; r < rows; ++r) ops::dequantize_weight_row(host.weight, r, values.data() + r * cols);
-      for (const int64_t n : {int64_t(1), int64_t(3), int64_t(8), int64_t(9), int64_t(32), int64_t(40)}) {
+      for (const int64_t n : {1, 2, 3, 8, 9, 16, 32, 40, 64, 65}) {
         for (const bool half_input : {false, true}) {
           std::vector<uint16_t> x(size_t(n * cols));
           for (uint16_t& v : x) v = half_input ? fp32_to_fp16(dist(rng)) : fp32_to_bf16(dist(rng));
