@@ -2,12 +2,12 @@
 // weight row at a time (rows striped over the grid): its lanes stream the row
 // in 16-byte loads, several in flight, and dot them in registers with the
 // same columns of up to kGemvGroup input rows (read through the read-only
-// cache); the warp sums its lanes at the end.
+// cache); the warp sums its lanes at the end. Quantized products of several
+// input rows run on the tensor cores instead (mmq_kernel, further down).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "gpu/matrix.h"
 #include "gpu/quantize_block.cuh"
@@ -625,9 +625,15 @@ void launch_gemv(const Matrix& w, const GemvInput& x, float* out, float beta, cu
       else
         gemv_bf16_kernel<kRows, false><<<blocks, kThreads, 0, stream>>>(w, x.x, out, beta);
       return;
-    case MatrixFormat::Q8_0: gemv_q8_0_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, beta); return;
-    case MatrixFormat::Q4_K: gemv_q4_k_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, beta); return;
-    case MatrixFormat::Q6_K: gemv_q6_k_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, beta); return;
+    case MatrixFormat::Q8_0:
+    case MatrixFormat::Q4_K:
+    case MatrixFormat::Q6_K:
+      if constexpr (kRows < kMaxMmqFrom) {
+        if (w.format == MatrixFormat::Q8_0) gemv_q8_0_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, beta);
+        if (w.format == MatrixFormat::Q4_K) gemv_q4_k_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, beta);
+        if (w.format == MatrixFormat::Q6_K) gemv_q6_k_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, beta);
+      }
+      return;
   }
 }
 
@@ -645,12 +651,12 @@ void launch_gemv_group(const Matrix& w, const GemvInput& x, int rows, float* out
 }
 
 static_assert(kGemvGroup == 8, "launch_gemv_group instantiates groups of 1..8 rows");
+static_assert(kMaxMmqFrom <= kGemvGroup, "a quantized matrix's gemv rows fit one group");
 
 }  // namespace
 
 void gemv(const Matrix& w, const GemvInput& x, int64_t n, float* out, float beta, cudaStream_t stream) {
-  static const int mmq_from = getenv("KASCADE_MMQ_FROM") ? atoi(getenv("KASCADE_MMQ_FROM")) : 2;
-  if (w.format != MatrixFormat::BF16 && n >= mmq_from) {
+  if (w.format != MatrixFormat::BF16 && n >= mmq_from(w.format)) {
     if (n <= 8) return launch_mmq<1>(w, x, int(n), out, beta, stream);
     if (n <= 16) return launch_mmq<2>(w, x, int(n), out, beta, stream);
     if (n <= 32) return launch_mmq<4>(w, x, int(n), out, beta, stream);

@@ -60,14 +60,21 @@ DeviceMatrix upload_matrix(std::initializer_list<const ops::Weight*> parts, cons
 // Kernels. x and out are [n][cols] and [n][rows]; x is bf16, or fp16 with
 // half_input.
 
-// Rows a call of gemv takes: decode's batches. A matrix is read once per
-// kGemvGroup rows, so a quantized one streams up to four groups before
+// Rows a call of gemv takes: decode's batches (and short prefill chunks). A
+// BF16 matrix is read once per kGemvGroup rows; a quantized one once for
+// all its rows, up to kMaxQuantizedGemvRows, beyond which
 // dequantize-then-cuBLAS (gemm.h) costs less.
 inline constexpr int kGemvGroup = 8;
-inline constexpr int kMaxQuantizedGemvRows = 8 * kGemvGroup;
+inline constexpr int kMaxQuantizedGemvRows = 64;
 inline int64_t max_gemv_rows(const Matrix& w) {
   return w.format == MatrixFormat::BF16 ? kGemvGroup : kMaxQuantizedGemvRows;
 }
+// Rows from which a quantized product runs on the tensor cores; fewer go
+// through the integer dot-product kernel, one warp per weight row. The
+// crossovers measured on the H200 (synthetic Qwen2.5-1.5B, 1K context, whole
+// decode steps): Q4_K between 2 and 4 rows, Q6_K about 5; Q8_0 takes Q4_K's.
+constexpr int mmq_from(MatrixFormat format) { return format == MatrixFormat::Q6_K ? 5 : 3; }
+inline constexpr int kMaxMmqFrom = mmq_from(MatrixFormat::Q6_K);  // the largest
 
 // The input rows of gemv, [n][cols]: bf16 (or fp16 with half) for a BF16
 // matrix; for a quantized one, quantized by quantize_rows: per 32 values an
@@ -88,9 +95,12 @@ void quantize_rows(const uint16_t* x, bool half_input, int64_t n, int64_t cols, 
                    cudaStream_t stream);
 
 // out[t][r] = sum_c w[r][c] * x[t][c] + beta * out[t][r] for t < n <=
-// max_gemv_rows(w): one warp per weight row streams the row once per
-// kGemvGroup input rows; fp32 accumulation (of exact integer block dots for
-// quantized weights). cols a multiple of 32.
+// max_gemv_rows(w), fp32 accumulation. A BF16 matrix, or a quantized one at
+// fewer than mmq_from rows: one warp per weight row streams the row once per
+// kGemvGroup input rows (quantized: exact integer dots of each 16-value run,
+// __dp4a). A quantized matrix at mmq_from rows or more: integer tensor-core
+// products of 16 weight rows with all the input rows at once (mma.sync),
+// each block's exact dot scaled into fp32. cols a multiple of 32.
 void gemv(const Matrix& w, const GemvInput& x, int64_t n, float* out, float beta, cudaStream_t stream);
 
 // out = bf16 of rows [first, first + count) of w (bf16 [count][cols]).
