@@ -70,11 +70,13 @@ inline int64_t max_gemv_rows(const Matrix& w) {
   return w.format == MatrixFormat::BF16 ? kGemvGroup : kMaxQuantizedGemvRows;
 }
 // Rows from which a quantized product runs on the tensor cores; fewer go
-// through the integer dot-product kernel, one warp per weight row. The
-// crossovers measured on the H200 (synthetic Qwen2.5-1.5B, 1K context, whole
-// decode steps): Q4_K between 2 and 4 rows, Q6_K about 5; Q8_0 takes Q4_K's.
-constexpr int mmq_from(MatrixFormat format) { return format == MatrixFormat::Q6_K ? 5 : 3; }
-inline constexpr int kMaxMmqFrom = mmq_from(MatrixFormat::Q6_K);  // the largest
+// through the integer dot-product kernel, one warp per weight row. Where the
+// two cross on the H200 (synthetic Qwen2.5-1.5B, 1K context, whole decode
+// steps): Q4_K at 3 rows, Q6_K about 5, Q8_0 about 8.
+constexpr int mmq_from(MatrixFormat format) {
+  return format == MatrixFormat::Q8_0 ? 8 : format == MatrixFormat::Q6_K ? 5 : 3;
+}
+inline constexpr int kMaxMmqFrom = mmq_from(MatrixFormat::Q8_0);  // the largest
 
 // The input rows of gemv, [n][cols]: bf16 (or fp16 with half) for a BF16
 // matrix; for a quantized one, quantized by quantize_rows: per 32 values an
