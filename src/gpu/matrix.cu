@@ -75,6 +75,28 @@ __device__ __forceinline__ void q4_k_scale_min(const uint4& header, int j, float
   min = dmin * float(m);
 }
 
+// Integer dots of two 16-value weight runs (four words of bytes each) with
+// the input's int8 bytes at `in` and `in + gap`, and the sums of those input
+// bytes (for the weights' offsets: Q4_K's min, Q6_K's 32).
+struct RunDots {
+  int low_dot = 0, low_sum = 0, high_dot = 0, high_sum = 0;
+};
+__device__ __forceinline__ RunDots run_dots(const int (&low)[4], const int (&high)[4], const int8_t* in, int gap) {
+  const uint4 low_in = __ldg(reinterpret_cast<const uint4*>(in));
+  const uint4 high_in = __ldg(reinterpret_cast<const uint4*>(in + gap));
+  const int low_x[4] = {int(low_in.x), int(low_in.y), int(low_in.z), int(low_in.w)};
+  const int high_x[4] = {int(high_in.x), int(high_in.y), int(high_in.z), int(high_in.w)};
+  RunDots r;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    r.low_dot = __dp4a(low[i], low_x[i], r.low_dot);
+    r.low_sum = __dp4a(kOnes, low_x[i], r.low_sum);
+    r.high_dot = __dp4a(high[i], high_x[i], r.high_dot);
+    r.high_sum = __dp4a(kOnes, high_x[i], r.high_sum);
+  }
+  return r;
+}
+
 template <int kRows>
 __device__ __forceinline__ void write_rows(const float (&acc)[kRows], int64_t row, int64_t rows, float* out,
                                            float beta) {
@@ -212,26 +234,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q4_k_kernel(
         float low_scale, low_min, high_scale, high_min;
         q4_k_scale_min(header[u], 2 * group, low_scale, low_min);
         q4_k_scale_min(header[u], 2 * group + 1, high_scale, high_min);
-        const int words[4] = {int(nibbles[u].x), int(nibbles[u].y), int(nibbles[u].z), int(nibbles[u].w)};
+        const uint32_t words[4] = {nibbles[u].x, nibbles[u].y, nibbles[u].z, nibbles[u].w};
+        int low_q[4], high_q[4];  // the two runs' 4-bit values, four a word
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          low_q[i] = int(words[i] & 0x0f0f0f0fu);
+          high_q[i] = int((words[i] >> 4) & 0x0f0f0f0fu);
+        }
         const int64_t column = b * 256 + first_value;
 #pragma unroll
         for (int t = 0; t < kRows; ++t) {
-          const int8_t* in = x.quants + t * w.cols + column;
-          const uint4 low_in = __ldg(reinterpret_cast<const uint4*>(in));
-          const uint4 high_in = __ldg(reinterpret_cast<const uint4*>(in + 32));
-          const int low_words[4] = {int(low_in.x), int(low_in.y), int(low_in.z), int(low_in.w)};
-          const int high_words[4] = {int(high_in.x), int(high_in.y), int(high_in.z), int(high_in.w)};
-          int low_dot = 0, low_sum = 0, high_dot = 0, high_sum = 0;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            low_dot = __dp4a(words[i] & 0x0f0f0f0f, low_words[i], low_dot);
-            low_sum = __dp4a(kOnes, low_words[i], low_sum);
-            high_dot = __dp4a((words[i] >> 4) & 0x0f0f0f0f, high_words[i], high_dot);
-            high_sum = __dp4a(kOnes, high_words[i], high_sum);
-          }
+          const RunDots r = run_dots(low_q, high_q, x.quants + t * w.cols + column, 32);
           const float* dx = x.scales + t * (w.cols / 32) + column / 32;
-          acc[t] += __ldg(dx) * (low_scale * float(low_dot) - low_min * float(low_sum)) +
-                    __ldg(dx + 1) * (high_scale * float(high_dot) - high_min * float(high_sum));
+          acc[t] += __ldg(dx) * (low_scale * float(r.low_dot) - low_min * float(r.low_sum)) +
+                    __ldg(dx + 1) * (high_scale * float(r.high_dot) - high_min * float(r.high_sum));
         }
       }
     }
@@ -289,22 +305,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q6_k_kernel(
         const int64_t column = b * 256 + first_value;
 #pragma unroll
         for (int t = 0; t < kRows; ++t) {
-          const int8_t* in = x.quants + t * w.cols + column;
-          const uint4 low_in = __ldg(reinterpret_cast<const uint4*>(in));
-          const uint4 high_in = __ldg(reinterpret_cast<const uint4*>(in + 64));
-          const int low_x[4] = {int(low_in.x), int(low_in.y), int(low_in.z), int(low_in.w)};
-          const int high_x[4] = {int(high_in.x), int(high_in.y), int(high_in.z), int(high_in.w)};
-          int low_dot = 0, low_sum = 0, high_dot = 0, high_sum = 0;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            low_dot = __dp4a(low_q[i], low_x[i], low_dot);
-            low_sum = __dp4a(kOnes, low_x[i], low_sum);
-            high_dot = __dp4a(high_q[i], high_x[i], high_dot);
-            high_sum = __dp4a(kOnes, high_x[i], high_sum);
-          }
+          const RunDots r = run_dots(low_q, high_q, x.quants + t * w.cols + column, 64);
           const float* dx = x.scales + t * (w.cols / 32) + column / 32;
-          acc[t] += __ldg(dx) * low_scale * float(low_dot - 32 * low_sum) +
-                    __ldg(dx + 2) * high_scale * float(high_dot - 32 * high_sum);
+          acc[t] += __ldg(dx) * low_scale * float(r.low_dot - 32 * r.low_sum) +
+                    __ldg(dx + 2) * high_scale * float(r.high_dot - 32 * r.high_sum);
         }
       }
     }
