@@ -50,9 +50,14 @@ __device__ __forceinline__ const uint16_t* q6_k_d(const Matrix& w) {
 // Signed byte k of a word.
 __device__ __forceinline__ float signed_byte(uint32_t word, int k) { return float(int32_t(word << (24 - 8 * k)) >> 24); }
 // Signed byte k (< 16) of 16 bytes.
-__device__ __forceinline__ int vector_byte(const uint4& v, int k) {
-  const uint32_t word = k < 4 ? v.x : k < 8 ? v.y : k < 12 ? v.z : v.w;
-  return int32_t(word << (24 - 8 * (k & 3))) >> 24;
+__device__ __forceinline__ float vector_byte(const uint4& v, int k) {
+  return signed_byte(k < 4 ? v.x : k < 8 ? v.y : k < 12 ? v.z : v.w, k & 3);
+}
+// Four Q6_K values (0..63, a byte each) from their words of low nibbles and
+// of high bit pairs: the nibbles at `low_shift` (0 or 4), the pairs at
+// `high_shift` (0, 2, 4 or 6).
+__device__ __forceinline__ uint32_t q6_k_values(uint32_t low, int low_shift, uint32_t high, int high_shift) {
+  return ((low >> low_shift) & 0x0f0f0f0fu) | ((high >> high_shift) & 0x03030303u) << 4;
 }
 
 // Q4_K block header (fp16 d, fp16 dmin, 12 packed bytes) as a uint4: d *
@@ -292,15 +297,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q6_k_kernel(
         const int64_t b = b0 + 4 * u;
         if (b >= blocks) break;
         const float d = half_value(d_bits[u]);
-        const float low_scale = d * float(vector_byte(scales[u], 8 * half + quarter));
-        const float high_scale = d * float(vector_byte(scales[u], 8 * half + quarter + 4));
+        const float low_scale = d * vector_byte(scales[u], 8 * half + quarter);
+        const float high_scale = d * vector_byte(scales[u], 8 * half + quarter + 4);
         const uint32_t low_words[4] = {low[u].x, low[u].y, low[u].z, low[u].w};
         const uint32_t high_words[4] = {high[u].x, high[u].y, high[u].z, high[u].w};
         int low_q[4], high_q[4];  // 6-bit values, four a word
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          low_q[i] = int((low_words[i] & 0x0f0f0f0fu) | ((high_words[i] >> high_shift) & 0x03030303u) << 4);
-          high_q[i] = int(((low_words[i] >> 4) & 0x0f0f0f0fu) | ((high_words[i] >> (high_shift + 4)) & 0x03030303u) << 4);
+          low_q[i] = int(q6_k_values(low_words[i], 0, high_words[i], high_shift));
+          high_q[i] = int(q6_k_values(low_words[i], 4, high_words[i], high_shift + 4));
         }
         const int64_t column = b * 256 + first_value;
 #pragma unroll
@@ -457,11 +462,9 @@ __device__ __forceinline__ void mmq_q6_k_unit(const Matrix& w, const int64_t (&r
     uint32_t a[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const uint32_t low_bits = (low[r][4 * h + 2 * (c % 2) + e] >> (4 * (c / 2))) & 0x0f0f0f0fu;
-      const uint32_t high_bits = (high[r][2 * h + e] >> (2 * c)) & 0x03030303u;
-      a[r] = __vsub4(low_bits | high_bits << 4, 0x20202020u);
+      a[r] = __vsub4(q6_k_values(low[r][4 * h + 2 * (c % 2) + e], 4 * (c / 2), high[r][2 * h + e], 2 * c), 0x20202020u);
     }
-    const float scale[2] = {d[0] * float(vector_byte(scales[0], s)), d[1] * float(vector_byte(scales[1], s))};
+    const float scale[2] = {d[0] * vector_byte(scales[0], s), d[1] * vector_byte(scales[1], s)};
     const int64_t column = block * 256 + 16 * s;
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) {
