@@ -10,6 +10,7 @@
 #include <bit>
 #include <map>
 #include <numeric>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -41,7 +42,8 @@ DeviceMemory upload_optional(const std::vector<float>& values, const char* what)
 }
 
 struct Layer {
-  DeviceMatrix qkv, o, gate_up, down;
+  DeviceStack qkv, gate_up;
+  DeviceMatrix o, down;
   DeviceMemory attn_norm, ffn_norm, q_bias, k_bias, v_bias, q_norm, k_norm;
 };
 
@@ -176,11 +178,11 @@ class CudaBackend final : public engine::Backend {
   void add_attention(StepBuffers& b, const Layer& w, const uint16_t* attended, float* x, int64_t n);
   void feed_forward(StepBuffers& b, const Layer& w, float* x, int64_t n);
   float* logits_of_last(StepBuffers& b, const float* x_rows, int64_t n);
-  // out = m times RMSNorm(x) rows (norm weight `norm`); the norm writes the
-  // product's int8 input itself where the product takes one (decode's
-  // quantized matrices).
-  void norm_then_matmul(StepBuffers& b, const float* x, const DeviceMemory& norm, const Matrix& m, int64_t n,
-                        float* out);
+  // out = m (a stack's runs, or one matrix) times RMSNorm(x) rows (norm
+  // weight `norm`); the norm writes the product's int8 input itself where the
+  // product takes one (decode's quantized matrices).
+  void norm_then_matmul(StepBuffers& b, const float* x, const DeviceMemory& norm, std::span<const Matrix> m,
+                        int64_t n, float* out);
   // Every kernel of a decode step whose metadata is on the device.
   void decode_kernels(const CudaSequence& seq, int64_t batch, int64_t stride, int bucket, int64_t max_len);
   // The fields of a QkvStep fixed by the model and the page size; a step sets the rest.
@@ -245,15 +247,17 @@ CudaBackend::CudaBackend(const std::string& path, const BackendOptions& options)
   uint64_t weight_bytes = 0, decode_weight_bytes = 0;
   size_t dequantize_bytes = 0;
   int64_t quantized_cols = 0;
-  const auto account = [&](std::initializer_list<const ops::Weight*> parts, bool read_at_decode) {
-    const MatrixFormat format = device_format(parts);
-    const int64_t rows = stacked_rows(parts), cols = (*parts.begin())->cols;
-    weight_bytes += device_bytes(format, rows, cols);
-    if (read_at_decode) decode_weight_bytes += device_bytes(format, rows, cols);
-    if (format == MatrixFormat::BF16) return;
-    constexpr size_t kDequantizeCap = size_t(128) << 20;
-    dequantize_bytes = std::max(dequantize_bytes, std::min(kDequantizeCap, size_t(rows) * size_t(cols) * 2));
-    quantized_cols = std::max(quantized_cols, cols);
+  const auto account = [&](const WeightParts& parts, bool read_at_decode) {
+    for (const WeightParts& run : format_runs(parts)) {
+      const MatrixFormat format = device_format(run);
+      const int64_t rows = stacked_rows(run), cols = run.front()->cols;
+      weight_bytes += device_bytes(format, rows, cols);
+      if (read_at_decode) decode_weight_bytes += device_bytes(format, rows, cols);
+      if (format == MatrixFormat::BF16) continue;
+      constexpr size_t kDequantizeCap = size_t(128) << 20;
+      dequantize_bytes = std::max(dequantize_bytes, std::min(kDequantizeCap, size_t(rows) * size_t(cols) * 2));
+      quantized_cols = std::max(quantized_cols, cols);
+    }
   };
   account({&weights.token_embedding}, tied_output);  // gathered, unless it is the output matrix too
   if (!tied_output) account({&weights.output}, true);
@@ -279,9 +283,9 @@ CudaBackend::CudaBackend(const std::string& path, const BackendOptions& options)
   inverse_frequencies_ = upload(c.rope.inverse_frequencies, "RoPE frequencies");
   for (const model::LayerWeights& w : weights.layers) {
     Layer layer;
-    layer.qkv = upload_matrix({&w.q, &w.k, &w.v}, "QKV weights");
+    layer.qkv = upload_stack({&w.q, &w.k, &w.v}, "QKV weights");
     layer.o = upload_matrix({&w.o}, "output projections");
-    layer.gate_up = upload_matrix({&w.gate, &w.up}, "FFN gate/up weights");
+    layer.gate_up = upload_stack({&w.gate, &w.up}, "FFN gate/up weights");
     layer.down = upload_matrix({&w.down}, "FFN down weights");
     layer.attn_norm = upload(w.attn_norm, "norms");
     layer.ffn_norm = upload(w.ffn_norm, "norms");
@@ -373,7 +377,7 @@ void CudaBackend::copy_prefix(BackendSequence& to, const BackendSequence& from) 
 
 void CudaBackend::project_qkv(StepBuffers& b, const Layer& w, int layer, float* x, int64_t n,
                               const QkvStep& qkv_template) {
-  norm_then_matmul(b, x, w.attn_norm, w.qkv.view, n, b.qkv.memory.as<float>());
+  norm_then_matmul(b, x, w.attn_norm, w.qkv.runs, n, b.qkv.memory.as<float>());
   QkvStep qkv = qkv_template;
   qkv.qkv = b.qkv.memory.as<float>();
   qkv.n = int(n);
@@ -394,7 +398,7 @@ void CudaBackend::add_attention(StepBuffers& b, const Layer& w, const uint16_t* 
 
 void CudaBackend::feed_forward(StepBuffers& b, const Layer& w, float* x, int64_t n) {
   const model::Config& c = config_;
-  norm_then_matmul(b, x, w.ffn_norm, w.gate_up.view, n, b.gate_up.memory.as<float>());
+  norm_then_matmul(b, x, w.ffn_norm, w.gate_up.runs, n, b.gate_up.memory.as<float>());
   const bool gelu = c.feed_forward == model::FeedForward::GeluTanhGlu;
   if (blas_->takes_quantized_input(w.down.view, n)) {  // the activation writes the product's input
     gated_activation_quantized(b.gate_up.memory.as<float>(), int(n), c.ffn_dim, gelu, blas_->quantized_input(),
@@ -405,8 +409,8 @@ void CudaBackend::feed_forward(StepBuffers& b, const Layer& w, float* x, int64_t
   blas_->matmul(w.down.view, b.activated.memory.as<uint16_t>(), n, x, 1.0f, stream_);
 }
 
-void CudaBackend::norm_then_matmul(StepBuffers& b, const float* x, const DeviceMemory& norm, const Matrix& m,
-                                   int64_t n, float* out) {
+void CudaBackend::norm_then_matmul(StepBuffers& b, const float* x, const DeviceMemory& norm,
+                                   std::span<const Matrix> m, int64_t n, float* out) {
   const model::Config& c = config_;
   if (blas_->takes_quantized_input(m, n)) {
     rms_norm_quantized(x, norm.as<float>(), int(n), c.d_model, c.rms_epsilon, blas_->quantized_input(), stream_);
@@ -419,7 +423,7 @@ void CudaBackend::norm_then_matmul(StepBuffers& b, const float* x, const DeviceM
 float* CudaBackend::logits_of_last(StepBuffers& b, const float* x_rows, int64_t n) {
   const model::Config& c = config_;
   float* logits = b.logits.get(n * c.vocab_size, "logits");
-  norm_then_matmul(b, x_rows, output_norm_, output_view_, n, logits);
+  norm_then_matmul(b, x_rows, output_norm_, std::span(&output_view_, 1), n, logits);
   if (c.final_logit_softcap > 0) soft_cap(logits, n * c.vocab_size, c.final_logit_softcap, stream_);
   return logits;
 }

@@ -32,32 +32,67 @@ Blas::~Blas() {
   if (handle_) cublasDestroy(handle_);
 }
 
-void Blas::matmul(const Matrix& w, const uint16_t* x, int64_t n, float* out, float beta, cudaStream_t stream,
-                  bool half_input, uint16_t* converted) {
-  // Decode's few rows: the weight-streaming kernel reads the matrix once per
-  // group of rows at nearly full bandwidth, where cuBLAS leaves about a
-  // quarter unused.
-  if (n <= max_gemv_rows(w)) {
-    if (w.format == MatrixFormat::BF16) return gemv(w, {.x = x, .half = half_input}, n, out, beta, stream);
-    if (w.cols > quantized_cols_) fail("Blas::matmul: no buffer for {} quantized input columns", w.cols);
-    quantize_rows(x, half_input, n, w.cols, quantized_input(), stream);
-    return matmul_quantized(w, n, out, beta, stream);
+namespace {
+
+int64_t stacked_rows(std::span<const Matrix> runs) {
+  int64_t rows = 0;
+  for (const Matrix& w : runs) rows += w.rows;
+  return rows;
+}
+
+}  // namespace
+
+void Blas::matmul(std::span<const Matrix> runs, const uint16_t* x, int64_t n, float* out, float beta,
+                  cudaStream_t stream, bool half_input, uint16_t* converted) {
+  const int64_t ldc = stacked_rows(runs);
+  bool quantized = false;                            // x quantized into quantized_input() yet
+  const uint16_t* bf16_x = half_input ? nullptr : x;  // x as cuBLAS takes it, once needed
+  int64_t first = 0;
+  for (const Matrix& w : runs) {
+    float* run_out = out + first;
+    first += w.rows;
+    // Decode's few rows: the weight-streaming kernels read the matrix once per
+    // group of rows at nearly full bandwidth, where cuBLAS leaves about a
+    // quarter unused.
+    if (n <= max_gemv_rows(w)) {
+      if (w.format == MatrixFormat::BF16) {
+        gemv(w, {.x = x, .half = half_input}, n, run_out, ldc, beta, stream);
+        continue;
+      }
+      if (w.cols > quantized_cols_) fail("Blas::matmul: no buffer for {} quantized input columns", w.cols);
+      if (!quantized) quantize_rows(x, half_input, n, w.cols, quantized_input(), stream);
+      quantized = true;
+      const QuantizedRows input = quantized_input();
+      gemv(w, {.quants = input.quants, .scales = input.scales}, n, run_out, ldc, beta, stream);
+      continue;
+    }
+    if (!bf16_x) {
+      if (!converted) fail("Blas::matmul: an fp16 input of {} rows needs a conversion buffer", n);
+      half_to_bfloat(x, n * w.cols, converted, stream);
+      bf16_x = converted;
+    }
+    cublas_product(w, bf16_x, n, run_out, ldc, beta, stream);
   }
-  if (half_input) {
-    if (!converted) fail("Blas::matmul: an fp16 input of {} rows needs a conversion buffer", n);
-    half_to_bfloat(x, n * w.cols, converted, stream);
-    x = converted;
-  }
+}
+
+void Blas::cublas_product(const Matrix& w, const uint16_t* x, int64_t n, float* out, int64_t ldc, float beta,
+                          cudaStream_t stream) {
   if (w.format == MatrixFormat::BF16)
-    return gemm(reinterpret_cast<const uint16_t*>(w.data), w.rows, w.cols, x, n, out, w.rows, beta, stream);
+    return gemm(reinterpret_cast<const uint16_t*>(w.data), w.rows, w.cols, x, n, out, ldc, beta, stream);
   const int64_t slice = int64_t(dequantized_.bytes() / (2 * size_t(w.cols)));
   if (slice < 1) fail("Blas::matmul: no buffer to dequantize a {} x {} matrix into", w.rows, w.cols);
   auto* rows = dequantized_.as<uint16_t>();
   for (int64_t first = 0; first < w.rows; first += slice) {
     const int64_t count = std::min(slice, w.rows - first);
     dequantize_rows(w, first, count, rows, stream);
-    gemm(rows, count, w.cols, x, n, out + first, w.rows, beta, stream);
+    gemm(rows, count, w.cols, x, n, out + first, ldc, beta, stream);
   }
+}
+
+bool Blas::takes_quantized_input(std::span<const Matrix> runs, int64_t n) const {
+  for (const Matrix& w : runs)
+    if (w.format == MatrixFormat::BF16 || n > max_gemv_rows(w) || w.cols > quantized_cols_) return false;
+  return true;
 }
 
 QuantizedRows Blas::quantized_input() const {
@@ -65,11 +100,16 @@ QuantizedRows Blas::quantized_input() const {
   return {quants, reinterpret_cast<float*>(quants + kMaxQuantizedGemvRows * quantized_cols_)};
 }
 
-void Blas::matmul_quantized(const Matrix& w, int64_t n, float* out, float beta, cudaStream_t stream) {
-  if (!takes_quantized_input(w, n))
-    fail("Blas::matmul_quantized: a {} x {} matrix at {} rows takes no quantized input", w.rows, w.cols, n);
+void Blas::matmul_quantized(std::span<const Matrix> runs, int64_t n, float* out, float beta, cudaStream_t stream) {
+  if (!takes_quantized_input(runs, n))
+    fail("Blas::matmul_quantized: a stack of {} rows at {} input rows takes no quantized input", stacked_rows(runs), n);
   const QuantizedRows input = quantized_input();
-  gemv(w, {.quants = input.quants, .scales = input.scales}, n, out, beta, stream);
+  const int64_t ldc = stacked_rows(runs);
+  int64_t first = 0;
+  for (const Matrix& w : runs) {
+    gemv(w, {.quants = input.quants, .scales = input.scales}, n, out + first, ldc, beta, stream);
+    first += w.rows;
+  }
 }
 
 // out (ldc apart per input row) = w [rows][cols] times x [n][cols], plus beta * out.

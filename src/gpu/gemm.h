@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <span>
 
 #include "gpu/device.h"
 #include "gpu/matrix.h"
@@ -28,26 +29,36 @@ class Blas {
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
 
-  // out[t][r] = sum_c w[r][c] * x[t][c] + beta * out[t][r] for t < n; x bf16,
-  // or fp16 with half_input (converted into `converted`, n * w.cols values,
-  // when the product goes through cuBLAS).
+  // out[t][r] = sum_c w[r][c] * x[t][c] + beta * out[t][r] for t < n, w the
+  // runs of a stack (gpu/matrix.h, upload_stack) stacked by rows, or one
+  // matrix; x bf16, or fp16 with half_input (converted into `converted`,
+  // n * cols values, when a run's product goes through cuBLAS).
+  void matmul(std::span<const Matrix> runs, const uint16_t* x, int64_t n, float* out, float beta,
+              cudaStream_t stream, bool half_input = false, uint16_t* converted = nullptr);
   void matmul(const Matrix& w, const uint16_t* x, int64_t n, float* out, float beta, cudaStream_t stream,
-              bool half_input = false, uint16_t* converted = nullptr);
-
-  // Whether matmul(w, x, n, ...) runs the quantized matrix-vector product.
-  // Its input is then quantized_input(), which a step may write directly
-  // (gpu/ops.h's *_quantized) and hand to matmul_quantized: one kernel
-  // fewer than matmul's quantize-then-multiply.
-  bool takes_quantized_input(const Matrix& w, int64_t n) const {
-    return w.format != MatrixFormat::BF16 && n <= max_gemv_rows(w) && w.cols <= quantized_cols_;
+              bool half_input = false, uint16_t* converted = nullptr) {
+    matmul(std::span(&w, 1), x, n, out, beta, stream, half_input, converted);
   }
+
+  // Whether matmul(runs, x, n, ...) runs every run as a quantized
+  // matrix-vector product. Its input is then quantized_input(), which a step
+  // may write directly (gpu/ops.h's *_quantized) and hand to
+  // matmul_quantized: one kernel fewer than matmul's quantize-then-multiply.
+  bool takes_quantized_input(std::span<const Matrix> runs, int64_t n) const;
+  bool takes_quantized_input(const Matrix& w, int64_t n) const { return takes_quantized_input(std::span(&w, 1), n); }
   QuantizedRows quantized_input() const;
-  // out = w times the n rows in quantized_input(), plus beta * out.
-  void matmul_quantized(const Matrix& w, int64_t n, float* out, float beta, cudaStream_t stream);
+  // out = the runs times the n rows in quantized_input(), plus beta * out.
+  void matmul_quantized(std::span<const Matrix> runs, int64_t n, float* out, float beta, cudaStream_t stream);
+  void matmul_quantized(const Matrix& w, int64_t n, float* out, float beta, cudaStream_t stream) {
+    matmul_quantized(std::span(&w, 1), n, out, beta, stream);
+  }
 
   size_t workspace_bytes() const { return workspace_.bytes() + dequantized_.bytes() + quantized_input_.bytes(); }
 
  private:
+  // One run through cuBLAS: x bf16, out [n][ldc].
+  void cublas_product(const Matrix& w, const uint16_t* x, int64_t n, float* out, int64_t ldc, float beta,
+                      cudaStream_t stream);
   void gemm(const uint16_t* w, int64_t rows, int64_t cols, const uint16_t* x, int64_t n, float* out, int64_t ldc,
             float beta, cudaStream_t stream);
 

@@ -14,8 +14,8 @@ constexpr int64_t kQ6_KBlock = 256, kQ6_KBlockBytes = 210, kQ6_KBodyBytes = 208;
 
 }  // namespace
 
-int64_t stacked_rows(std::initializer_list<const ops::Weight*> parts) {
-  const int64_t cols = (*parts.begin())->cols;
+int64_t stacked_rows(const WeightParts& parts) {
+  const int64_t cols = parts.front()->cols;
   int64_t rows = 0;
   for (const ops::Weight* w : parts) {
     if (w->cols != cols) fail("cannot stack {} ({} columns) under {} columns", w->name, w->cols, cols);
@@ -24,8 +24,8 @@ int64_t stacked_rows(std::initializer_list<const ops::Weight*> parts) {
   return rows;
 }
 
-MatrixFormat device_format(std::initializer_list<const ops::Weight*> parts) {
-  const TensorType type = (*parts.begin())->type;
+MatrixFormat device_format(const WeightParts& parts) {
+  const TensorType type = parts.front()->type;
   for (const ops::Weight* w : parts)
     if (w->type != type) return MatrixFormat::BF16;
   if (type == TensorType::Q8_0) return MatrixFormat::Q8_0;
@@ -45,8 +45,8 @@ uint64_t device_bytes(MatrixFormat format, int64_t rows, int64_t cols) {
   return 0;
 }
 
-std::vector<uint8_t> pack_rows(MatrixFormat format, std::initializer_list<const ops::Weight*> parts) {
-  const int64_t rows = stacked_rows(parts), cols = (*parts.begin())->cols;
+std::vector<uint8_t> pack_rows(MatrixFormat format, const WeightParts& parts) {
+  const int64_t rows = stacked_rows(parts), cols = parts.front()->cols;
   std::vector<uint8_t> out(device_bytes(format, rows, cols));
   int64_t first = 0;
   for (const ops::Weight* w : parts) {
@@ -94,12 +94,39 @@ std::vector<uint8_t> pack_rows(MatrixFormat format, std::initializer_list<const 
   return out;
 }
 
-DeviceMatrix upload_matrix(std::initializer_list<const ops::Weight*> parts, const char* what) {
+DeviceMatrix upload_matrix(const WeightParts& parts, const char* what) {
   DeviceMatrix m;
   const MatrixFormat format = device_format(parts);
   m.memory = upload(pack_rows(format, parts), what);
-  m.view = {format, m.memory.as<uint8_t>(), stacked_rows(parts), (*parts.begin())->cols};
+  m.view = {format, m.memory.as<uint8_t>(), stacked_rows(parts), parts.front()->cols};
   return m;
+}
+
+std::vector<WeightParts> format_runs(const WeightParts& parts) {
+  stacked_rows(parts);  // the columns must agree
+  std::vector<WeightParts> runs;
+  for (const ops::Weight* w : parts) {
+    if (runs.empty() || device_format({runs.back().front()}) != device_format({w})) runs.emplace_back();
+    runs.back().push_back(w);
+  }
+  return runs;
+}
+
+uint64_t stack_device_bytes(const WeightParts& parts) {
+  uint64_t bytes = 0;
+  for (const WeightParts& run : format_runs(parts))
+    bytes += device_bytes(device_format(run), stacked_rows(run), run.front()->cols);
+  return bytes;
+}
+
+DeviceStack upload_stack(const WeightParts& parts, const char* what) {
+  DeviceStack stack;
+  for (const WeightParts& run : format_runs(parts)) {
+    DeviceMatrix m = upload_matrix(run, what);
+    stack.runs.push_back(m.view);
+    stack.memory.push_back(std::move(m.memory));
+  }
+  return stack;
 }
 
 }  // namespace kascade::gpu

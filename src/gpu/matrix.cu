@@ -103,14 +103,14 @@ __device__ __forceinline__ RunDots run_dots(const int (&low)[4], const int (&hig
 }
 
 template <int kRows>
-__device__ __forceinline__ void write_rows(const float (&acc)[kRows], int64_t row, int64_t rows, float* out,
+__device__ __forceinline__ void write_rows(const float (&acc)[kRows], int64_t row, int64_t ldc, float* out,
                                            float beta) {
 #pragma unroll
   for (int t = 0; t < kRows; ++t) {
     float sum = acc[t];
     for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
     if ((threadIdx.x & 31) == 0) {
-      float* o = out + t * rows + row;
+      float* o = out + t * ldc + row;
       *o = beta == 0.0f ? sum : sum + beta * *o;
     }
   }
@@ -128,7 +128,7 @@ template <int kRows>
 constexpr int kMinBlocks = kRows <= 2 ? 4 : 2;
 
 template <int kRows, bool kHalfInput>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_bf16_kernel(Matrix w, const uint16_t* x, float* out, float beta) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_bf16_kernel(Matrix w, const uint16_t* x, float* out, int64_t ldc, float beta) {
   constexpr int kUnroll = 8;
   const int lane = threadIdx.x & 31;
   const int64_t vectors = w.cols / 8;
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_bf16_kernel(
         }
       }
     }
-    write_rows<kRows>(acc, row, w.rows, out, beta);
+    write_rows<kRows>(acc, row, ldc, out, beta);
   }
 }
 
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_bf16_kernel(
 // the integer dot of the 16 pairs times the weight block's and the input
 // block's scales.
 template <int kRows>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q8_0_kernel(Matrix w, GemvInput x, float* out, float beta) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q8_0_kernel(Matrix w, GemvInput x, float* out, int64_t ldc, float beta) {
   constexpr int kUnroll = 4;
   const int lane = threadIdx.x & 31;
   const int64_t vectors = w.cols / 16;
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q8_0_kernel(
         }
       }
     }
-    write_rows<kRows>(acc, row, w.rows, out, beta);
+    write_rows<kRows>(acc, row, ldc, out, beta);
   }
 }
 
@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q8_0_kernel(
 // each run of 16 lies in one input block of 32. Per run,
 // sum(x * (scale * q - min)) = dx * (scale * sum(q * xq) - min * sum(xq)).
 template <int kRows>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q4_k_kernel(Matrix w, GemvInput x, float* out, float beta) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q4_k_kernel(Matrix w, GemvInput x, float* out, int64_t ldc, float beta) {
   constexpr int kUnroll = 2;
   const int lane = threadIdx.x & 31, part = lane & 7, group = part >> 1;
   const int first_value = 64 * group + 16 * (part & 1);  // of the low-nibble run; the high one is 32 later
@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q4_k_kernel(
         }
       }
     }
-    write_rows<kRows>(acc, row, w.rows, out, beta);
+    write_rows<kRows>(acc, row, ldc, out, beta);
   }
 }
 
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q4_k_kernel(
 // (the layout the CPU's q6_k_scalar states). Per run of 16,
 // sum(x * d * scale * (q - 32)) = dx * d * scale * (sum(q * xq) - 32 sum(xq)).
 template <int kRows>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q6_k_kernel(Matrix w, GemvInput x, float* out, float beta) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q6_k_kernel(Matrix w, GemvInput x, float* out, int64_t ldc, float beta) {
   constexpr int kUnroll = 2;
   const int lane = threadIdx.x & 31, part = lane & 7, half = part >> 2, quarter = part & 3;
   const int high_shift = 2 * (quarter >> 1);
@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q6_k_kernel(
         }
       }
     }
-    write_rows<kRows>(acc, row, w.rows, out, beta);
+    write_rows<kRows>(acc, row, ldc, out, beta);
   }
 }
 
@@ -480,7 +480,7 @@ __device__ __forceinline__ void mmq_q6_k_unit(const Matrix& w, const int64_t (&r
 }
 
 template <MatrixFormat kFormat, int kTiles>
-__global__ void __launch_bounds__(kMmqWarps * 32) mmq_kernel(Matrix w, GemvInput x, int n, float* out, float beta) {
+__global__ void __launch_bounds__(kMmqWarps * 32) mmq_kernel(Matrix w, GemvInput x, int n, float* out, int64_t ldc, float beta) {
   __shared__ float partial[kMmqWarps][kTiles * 4][32];
   const int warp = threadIdx.x >> 5, lane_index = threadIdx.x & 31;
   const MmqLane lane{lane_index >> 2, lane_index & 3, n, w.cols};
@@ -509,24 +509,24 @@ __global__ void __launch_bounds__(kMmqWarps * 32) mmq_kernel(Matrix w, GemvInput
     const int64_t r = first_row + holder / 4 + 8 * (q4 / 2);
     const int t = 8 * (slot / 4) + 2 * (holder % 4) + q4 % 2;
     if (r < w.rows && t < n) {
-      float* o = out + t * w.rows + r;
+      float* o = out + t * ldc + r;
       *o = beta == 0.0f ? sum : sum + beta * *o;
     }
   }
 }
 
 template <int kTiles>
-void launch_mmq(const Matrix& w, const GemvInput& x, int n, float* out, float beta, cudaStream_t stream) {
+void launch_mmq(const Matrix& w, const GemvInput& x, int n, float* out, int64_t ldc, float beta, cudaStream_t stream) {
   const int blocks = int((w.rows + kMmqRows - 1) / kMmqRows);
   switch (w.format) {
     case MatrixFormat::Q8_0:
-      mmq_kernel<MatrixFormat::Q8_0, kTiles><<<blocks, kMmqWarps * 32, 0, stream>>>(w, x, n, out, beta);
+      mmq_kernel<MatrixFormat::Q8_0, kTiles><<<blocks, kMmqWarps * 32, 0, stream>>>(w, x, n, out, ldc, beta);
       return;
     case MatrixFormat::Q4_K:
-      mmq_kernel<MatrixFormat::Q4_K, kTiles><<<blocks, kMmqWarps * 32, 0, stream>>>(w, x, n, out, beta);
+      mmq_kernel<MatrixFormat::Q4_K, kTiles><<<blocks, kMmqWarps * 32, 0, stream>>>(w, x, n, out, ldc, beta);
       return;
     case MatrixFormat::Q6_K:
-      mmq_kernel<MatrixFormat::Q6_K, kTiles><<<blocks, kMmqWarps * 32, 0, stream>>>(w, x, n, out, beta);
+      mmq_kernel<MatrixFormat::Q6_K, kTiles><<<blocks, kMmqWarps * 32, 0, stream>>>(w, x, n, out, ldc, beta);
       return;
     case MatrixFormat::BF16: return;
   }
@@ -623,37 +623,38 @@ __global__ void gather_rows_kernel(Matrix table, const int32_t* rows, float scal
 }
 
 template <int kRows>
-void launch_gemv(const Matrix& w, const GemvInput& x, float* out, float beta, cudaStream_t stream) {
+void launch_gemv(const Matrix& w, const GemvInput& x, float* out, int64_t ldc, float beta, cudaStream_t stream) {
   const int blocks = int(std::min<int64_t>((w.rows + kThreads / 32 - 1) / (kThreads / 32), kMaxBlocks));
   switch (w.format) {
     case MatrixFormat::BF16:
       if (x.half)
-        gemv_bf16_kernel<kRows, true><<<blocks, kThreads, 0, stream>>>(w, x.x, out, beta);
+        gemv_bf16_kernel<kRows, true><<<blocks, kThreads, 0, stream>>>(w, x.x, out, ldc, beta);
       else
-        gemv_bf16_kernel<kRows, false><<<blocks, kThreads, 0, stream>>>(w, x.x, out, beta);
+        gemv_bf16_kernel<kRows, false><<<blocks, kThreads, 0, stream>>>(w, x.x, out, ldc, beta);
       return;
     case MatrixFormat::Q8_0:
     case MatrixFormat::Q4_K:
     case MatrixFormat::Q6_K:
       if constexpr (kRows < kMaxMmqFrom) {
-        if (w.format == MatrixFormat::Q8_0) gemv_q8_0_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, beta);
-        if (w.format == MatrixFormat::Q4_K) gemv_q4_k_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, beta);
-        if (w.format == MatrixFormat::Q6_K) gemv_q6_k_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, beta);
+        if (w.format == MatrixFormat::Q8_0) gemv_q8_0_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, ldc, beta);
+        if (w.format == MatrixFormat::Q4_K) gemv_q4_k_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, ldc, beta);
+        if (w.format == MatrixFormat::Q6_K) gemv_q6_k_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, ldc, beta);
       }
       return;
   }
 }
 
-void launch_gemv_group(const Matrix& w, const GemvInput& x, int rows, float* out, float beta, cudaStream_t stream) {
+void launch_gemv_group(const Matrix& w, const GemvInput& x, int rows, float* out, int64_t ldc, float beta,
+                       cudaStream_t stream) {
   switch (rows) {
-    case 1: return launch_gemv<1>(w, x, out, beta, stream);
-    case 2: return launch_gemv<2>(w, x, out, beta, stream);
-    case 3: return launch_gemv<3>(w, x, out, beta, stream);
-    case 4: return launch_gemv<4>(w, x, out, beta, stream);
-    case 5: return launch_gemv<5>(w, x, out, beta, stream);
-    case 6: return launch_gemv<6>(w, x, out, beta, stream);
-    case 7: return launch_gemv<7>(w, x, out, beta, stream);
-    case 8: return launch_gemv<8>(w, x, out, beta, stream);
+    case 1: return launch_gemv<1>(w, x, out, ldc, beta, stream);
+    case 2: return launch_gemv<2>(w, x, out, ldc, beta, stream);
+    case 3: return launch_gemv<3>(w, x, out, ldc, beta, stream);
+    case 4: return launch_gemv<4>(w, x, out, ldc, beta, stream);
+    case 5: return launch_gemv<5>(w, x, out, ldc, beta, stream);
+    case 6: return launch_gemv<6>(w, x, out, ldc, beta, stream);
+    case 7: return launch_gemv<7>(w, x, out, ldc, beta, stream);
+    case 8: return launch_gemv<8>(w, x, out, ldc, beta, stream);
   }
 }
 
@@ -662,12 +663,12 @@ static_assert(kMaxMmqFrom <= kGemvGroup, "a quantized matrix's gemv rows fit one
 
 }  // namespace
 
-void gemv(const Matrix& w, const GemvInput& x, int64_t n, float* out, float beta, cudaStream_t stream) {
+void gemv(const Matrix& w, const GemvInput& x, int64_t n, float* out, int64_t ldc, float beta, cudaStream_t stream) {
   if (w.format != MatrixFormat::BF16 && n >= mmq_from(w.format)) {
-    if (n <= 8) return launch_mmq<1>(w, x, int(n), out, beta, stream);
-    if (n <= 16) return launch_mmq<2>(w, x, int(n), out, beta, stream);
-    if (n <= 32) return launch_mmq<4>(w, x, int(n), out, beta, stream);
-    return launch_mmq<8>(w, x, int(n), out, beta, stream);
+    if (n <= 8) return launch_mmq<1>(w, x, int(n), out, ldc, beta, stream);
+    if (n <= 16) return launch_mmq<2>(w, x, int(n), out, ldc, beta, stream);
+    if (n <= 32) return launch_mmq<4>(w, x, int(n), out, ldc, beta, stream);
+    return launch_mmq<8>(w, x, int(n), out, ldc, beta, stream);
   }
   for (int64_t t0 = 0; t0 < n; t0 += kGemvGroup) {
     GemvInput group = x;
@@ -676,7 +677,7 @@ void gemv(const Matrix& w, const GemvInput& x, int64_t n, float* out, float beta
       group.quants += t0 * w.cols;
       group.scales += t0 * (w.cols / 32);
     }
-    launch_gemv_group(w, group, int(std::min<int64_t>(kGemvGroup, n - t0)), out + t0 * w.rows, beta, stream);
+    launch_gemv_group(w, group, int(std::min<int64_t>(kGemvGroup, n - t0)), out + t0 * ldc, ldc, beta, stream);
   }
 }
 

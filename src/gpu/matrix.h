@@ -18,7 +18,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <initializer_list>
 #include <vector>
 
 #include "gpu/device.h"
@@ -41,24 +40,39 @@ inline Matrix bf16_matrix(const uint16_t* data, int64_t rows, int64_t cols) {
 // ---------------------------------------------------------------------------
 // Host side: from the file's tensors to the device layout.
 
-// The format the parts are kept in when stacked (rows of the first, then the
-// next, ...): Q8_0, Q4_K or Q6_K when every part has that type, else BF16.
-MatrixFormat device_format(std::initializer_list<const ops::Weight*> parts);
+using WeightParts = std::vector<const ops::Weight*>;
+
+// The format the parts are kept in when stacked in one matrix (rows of the
+// first, then the next, ...): Q8_0, Q4_K or Q6_K when every part has that
+// type, else BF16.
+MatrixFormat device_format(const WeightParts& parts);
 // Rows of the parts stacked; throws Error when their column counts differ.
-int64_t stacked_rows(std::initializer_list<const ops::Weight*> parts);
+int64_t stacked_rows(const WeightParts& parts);
 uint64_t device_bytes(MatrixFormat format, int64_t rows, int64_t cols);
 // The parts stacked, in the device layout of `format`.
-std::vector<uint8_t> pack_rows(MatrixFormat format, std::initializer_list<const ops::Weight*> parts);
+std::vector<uint8_t> pack_rows(MatrixFormat format, const WeightParts& parts);
 
 struct DeviceMatrix {
   DeviceMemory memory;
   Matrix view;
 };
-DeviceMatrix upload_matrix(std::initializer_list<const ops::Weight*> parts, const char* what);
+DeviceMatrix upload_matrix(const WeightParts& parts, const char* what);
+
+// A stack whose parts the device keeps in different formats (a Q4_K_M file's
+// Q/K/V with a Q6_K V) is not widened: it is split into runs of consecutive
+// parts of one device format, each a matrix giving its rows of the product
+// (Blas::matmul takes the runs' views). One run when the formats agree.
+std::vector<WeightParts> format_runs(const WeightParts& parts);
+uint64_t stack_device_bytes(const WeightParts& parts);
+struct DeviceStack {
+  std::vector<DeviceMemory> memory;
+  std::vector<Matrix> runs;
+};
+DeviceStack upload_stack(const WeightParts& parts, const char* what);
 
 // ---------------------------------------------------------------------------
-// Kernels. x and out are [n][cols] and [n][rows]; x is bf16, or fp16 with
-// half_input.
+// Kernels. x and out are [n][cols] and [n][rows] (gemv: [n][ldc]); x is
+// bf16, or fp16 with half_input.
 
 // Rows a call of gemv takes: decode's batches (and short prefill chunks). A
 // BF16 matrix is read once per kGemvGroup rows; a quantized one once for
@@ -96,14 +110,15 @@ struct QuantizedRows {  // where such rows are written
 void quantize_rows(const uint16_t* x, bool half_input, int64_t n, int64_t cols, QuantizedRows out,
                    cudaStream_t stream);
 
-// out[t][r] = sum_c w[r][c] * x[t][c] + beta * out[t][r] for t < n <=
-// max_gemv_rows(w), fp32 accumulation. A BF16 matrix, or a quantized one at
+// out[t * ldc + r] = sum_c w[r][c] * x[t][c] + beta * out[t * ldc + r] for
+// t < n <= max_gemv_rows(w) (ldc >= w.rows: the rows of a stack's run),
+// fp32 accumulation. A BF16 matrix, or a quantized one at
 // fewer than mmq_from rows: one warp per weight row streams the row once per
 // kGemvGroup input rows (quantized: exact integer dots of each 16-value run,
 // __dp4a). A quantized matrix at mmq_from rows or more: integer tensor-core
 // products of 16 weight rows with all the input rows at once (mma.sync),
 // each block's exact dot scaled into fp32. cols a multiple of 32.
-void gemv(const Matrix& w, const GemvInput& x, int64_t n, float* out, float beta, cudaStream_t stream);
+void gemv(const Matrix& w, const GemvInput& x, int64_t n, float* out, int64_t ldc, float beta, cudaStream_t stream);
 
 // out = bf16 of rows [first, first + count) of w (bf16 [count][cols]).
 void dequantize_rows(const Matrix& w, int64_t first, int64_t count, uint16_t* out, cudaStream_t stream);

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -228,8 +229,8 @@ TEST_F(GpuEngine, BatchedDecodeMatchesTheCpu) {
   }
 }
 
-// A random weight matrix in the file encoding of `type` (BF16, Q8_0, Q4_K
-// or Q6_K), with its bytes: scales and mins of either sign, every quant value.
+// A random weight matrix in the file encoding of `type` (BF16, F16, Q8_0,
+// Q4_K or Q6_K), with its bytes: scales and mins of either sign, every quant value.
 struct HostWeight {
   std::vector<uint8_t> bytes;
   ops::Weight weight;
@@ -249,6 +250,9 @@ HostWeight random_weight(TensorType type, int64_t rows, int64_t cols, std::mt199
         const uint16_t bits = fp32_to_bf16(value(rng));
         std::memcpy(h.bytes.data() + i, &bits, 2);
       }
+      break;
+    case TensorType::F16:
+      for (size_t i = 0; i < h.bytes.size(); i += 2) put_half(h.bytes.data() + i, value(rng));
       break;
     case TensorType::Q8_0:
       for (size_t b = 0; b < h.bytes.size(); b += 34) {
@@ -313,17 +317,77 @@ TEST(GpuMatrixHost, PackingKeepsTheValues) {
       }
     }
   }
-  // Mixed types stack in bf16.
+  // Mixed types stack in bf16 as one matrix; as a stack, each run keeps its format.
   const HostWeight q8 = random_weight(TensorType::Q8_0, 2, 256, rng), q4 = random_weight(TensorType::Q4_K, 2, 256, rng);
   EXPECT_EQ(gpu::device_format({&q8.weight, &q4.weight}), gpu::MatrixFormat::BF16);
 }
 
+// A stack's runs: consecutive parts the device keeps in one format (a Q4_K_M
+// file's Q/K/V: Q and K in Q4_K, V in Q6_K), and the bytes they take.
+TEST(GpuMatrixHost, StacksSplitIntoRunsOfOneFormat) {
+  std::mt19937_64 rng(4);
+  const HostWeight q = random_weight(TensorType::Q4_K, 8, 512, rng), k = random_weight(TensorType::Q4_K, 2, 512, rng),
+                   v = random_weight(TensorType::Q6_K, 2, 512, rng), f = random_weight(TensorType::BF16, 3, 512, rng),
+                   h = random_weight(TensorType::F16, 1, 512, rng);
+  const std::vector<gpu::WeightParts> qkv = gpu::format_runs({&q.weight, &k.weight, &v.weight});
+  ASSERT_EQ(qkv.size(), 2u);
+  EXPECT_EQ(qkv[0], (gpu::WeightParts{&q.weight, &k.weight}));
+  EXPECT_EQ(qkv[1], (gpu::WeightParts{&v.weight}));
+  EXPECT_EQ(gpu::stack_device_bytes({&q.weight, &k.weight, &v.weight}),
+            gpu::device_bytes(gpu::MatrixFormat::Q4_K, 10, 512) + gpu::device_bytes(gpu::MatrixFormat::Q6_K, 2, 512));
+  // Types the device widens to bf16 share a run; a run between two of one format splits them.
+  EXPECT_EQ(gpu::format_runs({&f.weight, &h.weight}).size(), 1u);
+  EXPECT_EQ(gpu::format_runs({&q.weight, &v.weight, &k.weight}).size(), 3u);
+  EXPECT_EQ(gpu::format_runs({&q.weight}).size(), 1u);
+  const HostWeight narrow = random_weight(TensorType::Q4_K, 1, 256, rng);
+  EXPECT_THROW(gpu::format_runs({&q.weight, &narrow.weight}), Error);
+}
+
+// Worst relative error of out[t][r] (the product added to 0.5) against the
+// double-precision sums of `values` [rows][cols] times the n input rows x
+// (bf16 bits, or fp16 with half_input), row r's inputs rounded to bf16 first
+// where rounded(r) (cuBLAS takes an fp16 input so).
+double worst_product_error(const std::vector<float>& values, int64_t rows, int64_t cols,
+                           const std::vector<uint16_t>& x, bool half_input, int64_t n, const std::vector<float>& out,
+                           const std::function<bool(int64_t)>& rounded) {
+  double worst = 0;
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0.5, magnitude = 0;
+      for (int64_t k = 0; k < cols; ++k) {
+        const uint16_t bits = x[size_t(t * cols + k)];
+        float xv = half_input ? fp16_to_fp32(bits) : bf16_to_fp32(bits);
+        if (rounded(r)) xv = bf16_to_fp32(fp32_to_bf16(xv));
+        const double term = double(values[size_t(r * cols + k)]) * xv;
+        sum += term;
+        magnitude += std::abs(term);
+      }
+      worst = std::max(worst, std::abs(out[size_t(t * rows + r)] - sum) / magnitude);
+    }
+  return worst;
+}
+
+std::vector<uint16_t> random_input(int64_t count, bool half_input, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<uint16_t> x(static_cast<size_t>(count));
+  for (uint16_t& v : x) v = half_input ? fp32_to_fp16(dist(rng)) : fp32_to_bf16(dist(rng));
+  return x;
+}
+
+std::vector<float> download(const gpu::DeviceMemory& memory, size_t count) {
+  std::vector<float> out(count);
+  gpu::check(cudaMemcpy(out.data(), memory.data(), count * sizeof(float), cudaMemcpyDeviceToHost), "download");
+  return out;
+}
+
 // The products in every device format (the streaming kernel for decode's
 // rows, cuBLAS above, a quantized matrix dequantized in slices) against
-// double-precision sums of the CPU's dequantized values.
+// double-precision sums of the CPU's dequantized values. bf16: fp32
+// accumulation of exact products. Quantized: cuBLAS reads the weights rounded
+// to bf16 (relative 2^-9 a term); gemv and mmq read the inputs rounded to int8
+// steps of a 32-block's largest magnitude / 127.
 TEST_F(GpuEngine, ProductsMatchDoublePrecision) {
   std::mt19937_64 rng(11);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   gpu::Blas blas(size_t(1) << 20, 14336);  // a small buffer, so that big matrices go through in several slices
   for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
     for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1000, 4096}, {333, 14336}, {4100, 256}}) {
@@ -333,40 +397,73 @@ TEST_F(GpuEngine, ProductsMatchDoublePrecision) {
       for (int64_t r = 0; r < rows; ++r) ops::dequantize_weight_row(host.weight, r, values.data() + r * cols);
       for (const int64_t n : {1, 2, 3, 8, 9, 16, 32, 40, 64, 65}) {
         for (const bool half_input : {false, true}) {
-          std::vector<uint16_t> x(size_t(n * cols));
-          for (uint16_t& v : x) v = half_input ? fp32_to_fp16(dist(rng)) : fp32_to_bf16(dist(rng));
-          const auto input = [&](size_t i) { return half_input ? fp16_to_fp32(x[i]) : bf16_to_fp32(x[i]); };
-          std::vector<float> out(size_t(n * rows), 0.5f);
+          const std::vector<uint16_t> x = random_input(n * cols, half_input, rng);
           const gpu::DeviceMemory device_x = gpu::upload(x, "test input");
-          const gpu::DeviceMemory device_out = gpu::upload(out, "test output");
+          const gpu::DeviceMemory device_out = gpu::upload(std::vector<float>(size_t(n * rows), 0.5f), "test output");
           const gpu::DeviceMemory converted(x.size() * 2, "test conversion");
           blas.matmul(w.view, device_x.as<uint16_t>(), n, device_out.as<float>(), 1.0f, nullptr, half_input,
                       converted.as<uint16_t>());
-          gpu::check(cudaMemcpy(out.data(), device_out.data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost),
-                     "download");
-          // Through cuBLAS an fp16 input is rounded to bf16 first.
           const bool rounded = half_input && n > gpu::max_gemv_rows(w.view);
-          double worst = 0;
-          for (int64_t t = 0; t < n; ++t)
-            for (int64_t r = 0; r < rows; ++r) {
-              double sum = 0.5, magnitude = 0;
-              for (int64_t k = 0; k < cols; ++k) {
-                float xv = input(size_t(t * cols + k));
-                if (rounded) xv = bf16_to_fp32(fp32_to_bf16(xv));
-                const double term = double(values[size_t(r * cols + k)]) * xv;
-                sum += term;
-                magnitude += std::abs(term);
-              }
-              worst = std::max(worst, std::abs(out[size_t(t * rows + r)] - sum) / magnitude);
-            }
-          // bf16: fp32 accumulation of exact products. Quantized: cuBLAS
-          // reads the weights rounded to bf16 (relative 2^-9 a term); gemv
-          // reads the inputs rounded to int8 steps of a 32-block's largest
-          // magnitude / 127.
+          const double worst = worst_product_error(values, rows, cols, x, half_input, n,
+                                                   download(device_out, size_t(n * rows)),
+                                                   [&](int64_t) { return rounded; });
           const double tolerance = type == TensorType::BF16 ? 2e-5 : 4e-3;
           EXPECT_LT(worst, tolerance) << type_traits(type).name << " " << rows << "x" << cols << " n=" << n
                                       << (half_input ? " fp16 input" : "");
         }
+      }
+    }
+  }
+}
+
+// A stack whose parts the device keeps in different formats: each run gives
+// its rows of one output, through every product path (gemv, mmq, cuBLAS) and
+// through the quantized input written once for all runs (the fused norm's).
+TEST_F(GpuEngine, MixedStacksMatchDoublePrecision) {
+  std::mt19937_64 rng(13);
+  const int64_t cols = 1024;
+  gpu::Blas blas(size_t(1) << 20, cols);
+  for (const std::vector<TensorType>& types : {std::vector{TensorType::Q4_K, TensorType::Q4_K, TensorType::Q6_K},
+                                              std::vector{TensorType::BF16, TensorType::Q8_0}}) {
+    const int64_t part_rows[] = {300, 50, 70};
+    std::vector<HostWeight> hosts;
+    hosts.reserve(types.size());
+    gpu::WeightParts parts;
+    for (size_t i = 0; i < types.size(); ++i) {
+      hosts.push_back(random_weight(types[i], part_rows[i], cols, rng));
+      parts.push_back(&hosts.back().weight);
+    }
+    const gpu::DeviceStack stack = gpu::upload_stack(parts, "test stack");
+    ASSERT_EQ(stack.runs.size(), 2u);
+    const int64_t rows = gpu::stacked_rows(parts), first_of_last = rows - stack.runs.back().rows;
+    std::vector<float> values(size_t(rows * cols));
+    int64_t row = 0;
+    for (const ops::Weight* w : parts)
+      for (int64_t r = 0; r < w->rows; ++r) ops::dequantize_weight_row(*w, r, values.data() + (row++) * cols);
+    const std::string what = std::string(type_traits(types.front()).name) + " stack";
+    for (const int64_t n : {1, 3, 5, 9, 40, 70}) {
+      for (const bool half_input : {false, true}) {
+        const std::vector<uint16_t> x = random_input(n * cols, half_input, rng);
+        const gpu::DeviceMemory device_x = gpu::upload(x, "test input");
+        const gpu::DeviceMemory device_out = gpu::upload(std::vector<float>(size_t(n * rows), 0.5f), "test output");
+        const gpu::DeviceMemory converted(x.size() * 2, "test conversion");
+        blas.matmul(stack.runs, device_x.as<uint16_t>(), n, device_out.as<float>(), 1.0f, nullptr, half_input,
+                    converted.as<uint16_t>());
+        const auto rounded = [&](int64_t r) {
+          return half_input && n > gpu::max_gemv_rows(stack.runs[r < first_of_last ? 0 : 1]);
+        };
+        EXPECT_LT(worst_product_error(values, rows, cols, x, half_input, n, download(device_out, size_t(n * rows)),
+                                      rounded),
+                  4e-3)
+            << what << " n=" << n << (half_input ? " fp16 input" : "");
+        if (!blas.takes_quantized_input(stack.runs, n)) continue;
+        const gpu::DeviceMemory fused_out = gpu::upload(std::vector<float>(size_t(n * rows), 0.5f), "test output");
+        gpu::quantize_rows(device_x.as<uint16_t>(), half_input, n, cols, blas.quantized_input(), nullptr);
+        blas.matmul_quantized(stack.runs, n, fused_out.as<float>(), 1.0f, nullptr);
+        EXPECT_LT(worst_product_error(values, rows, cols, x, half_input, n, download(fused_out, size_t(n * rows)),
+                                      [](int64_t) { return false; }),
+                  4e-3)
+            << what << " quantized input, n=" << n << (half_input ? " fp16 input" : "");
       }
     }
   }
