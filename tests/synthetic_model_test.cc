@@ -92,6 +92,32 @@ TEST(SyntheticModel, TinyLoadsInEveryTypeWithTheRightDistribution) {
   }
 }
 
+// llama.cpp's Q4_K_M: Q6_K for the output and, in layers 0-1, 14-15 and every third from 4 (of 16),
+// for attn_v and ffn_down; Q4_K everywhere else.
+TEST(SyntheticModel, Q4KMixGivesTheMoreBitsLayersQ6K) {
+  SyntheticPreset preset = synthetic_preset("tiny");
+  preset.n_layers = 16;
+  const std::string path = temp_path("q4_k_m.gguf");
+  const std::optional<SyntheticWeights> weights = synthetic_weights("q4_k_m");
+  ASSERT_TRUE(weights.has_value());
+  write_synthetic_model(preset, *weights, 5, tokenizer_source(), path);
+  const Model model = Model::load(path);
+  const gguf::File& file = model.file();
+  const std::set<int> six_bit_layers = {0, 1, 4, 7, 10, 13, 14, 15};
+  for (int l = 0; l < 16; ++l) {
+    const TensorType more = six_bit_layers.contains(l) ? TensorType::Q6_K : TensorType::Q4_K;
+    EXPECT_EQ(file.tensor(fmt::format("blk.{}.attn_v.weight", l)).type, more) << l;
+    EXPECT_EQ(file.tensor(fmt::format("blk.{}.ffn_down.weight", l)).type, more) << l;
+    for (const char* name : {"attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"})
+      EXPECT_EQ(file.tensor(fmt::format("blk.{}.{}.weight", l, name)).type, TensorType::Q4_K) << l << name;
+  }
+  EXPECT_EQ(file.tensor("output.weight").type, TensorType::Q6_K);
+  EXPECT_EQ(file.tensor("token_embd.weight").type, TensorType::Q4_K);
+  EXPECT_EQ(file.get_string("general.name"), "synthetic tiny (Q4_K_M, seed 5)");
+  EXPECT_FALSE(synthetic_weights("q5_k_m").has_value());
+  std::filesystem::remove(path);
+}
+
 TEST(SyntheticModel, SameSeedSameFile) {
   const std::string a = temp_path("a.gguf"), b = temp_path("b.gguf"), c = temp_path("c.gguf");
   write_synthetic_model(synthetic_preset("tiny"), TensorType::Q8_0, 1, tokenizer_source(), a);

@@ -29,14 +29,14 @@ struct SynthArgs {
 
 void run_synth(const SynthArgs& args) {
   const model::SyntheticPreset& preset = model::synthetic_preset(args.preset);
-  const std::optional<TensorType> type = model::synthetic_weight_type(args.type);
-  if (!type) fail("--type '{}' is not a synthetic weight type ({})", args.type, model::synthetic_weight_type_names());
+  const std::optional<model::SyntheticWeights> weights = model::synthetic_weights(args.type);
+  if (!weights) fail("--type '{}' is not a synthetic weight type ({})", args.type, model::synthetic_weight_names());
   check_output_file(args.out, "--out", {args.tokenizer});
   ops::configure_threads(args.threads);
   const gguf::File tokenizer = gguf::File::open(args.tokenizer);
   Stopwatch clock;
   ProgressBar bar(1, {.label = "synth", .unit = "MB", .show_after_seconds = 1.0});
-  model::write_synthetic_model(preset, *type, args.seed, tokenizer, args.out, [&](uint64_t done, uint64_t) {
+  model::write_synthetic_model(preset, *weights, args.seed, tokenizer, args.out, [&](uint64_t done, uint64_t) {
     if (!args.quiet) bar.update(done >> 20);
   });
   bar.finish();
@@ -56,7 +56,7 @@ void register_synth(CLI::App& app) {
   for (const model::SyntheticPreset& p : model::synthetic_presets())
     presets += fmt::format("{}{}", presets.empty() ? "" : ", ", p.name);
   cmd->add_option("--preset", args->preset, fmt::format("Model shape: {}", presets))->capture_default_str();
-  cmd->add_option("--type", args->type, fmt::format("Weight matrix type: {}", model::synthetic_weight_type_names()))
+  cmd->add_option("--type", args->type, fmt::format("Weight matrix type: {}", model::synthetic_weight_names()))
       ->capture_default_str();
   cmd->add_option("-o,--out", args->out, "GGUF file to write")->required();
   cmd->add_option("--tokenizer", args->tokenizer, "GGUF whose tokenizer the model gets (vocabulary padded)")

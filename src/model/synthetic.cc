@@ -200,33 +200,46 @@ const SyntheticPreset& synthetic_preset(std::string_view name) {
   fail("unknown preset '{}' (presets: {})", name, fmt::join(names, ", "));
 }
 
-std::optional<TensorType> synthetic_weight_type(std::string_view name) {
+TensorType SyntheticWeights::type_of(std::string_view name, int layer, int n_layers) const {
+  if (!q4_k_m_mix) return type;
+  if (name == "output") return TensorType::Q6_K;
+  if (name != "attn_v" && name != "ffn_down") return TensorType::Q4_K;
+  const int eighth = n_layers / 8;
+  const bool more_bits = layer < eighth || layer >= 7 * n_layers / 8 || (layer - eighth) % 3 == 2;
+  return more_bits ? TensorType::Q6_K : TensorType::Q4_K;
+}
+
+std::optional<SyntheticWeights> synthetic_weights(std::string_view name) {
+  if (name == "q4_k_m") return SyntheticWeights(TensorType::Q4_K, true);
   for (const TensorType type : kWeightTypes)
-    if (lower_case_name(type) == name) return type;
+    if (lower_case_name(type) == name) return SyntheticWeights(type);
   return std::nullopt;
 }
 
-std::string synthetic_weight_type_names() {
+std::string synthetic_weight_names() {
   std::vector<std::string> names;
   for (const TensorType type : kWeightTypes) names.push_back(lower_case_name(type));
+  names.push_back("q4_k_m");
   return fmt::format("{}", fmt::join(names, ", "));
 }
 
-void write_synthetic_model(const SyntheticPreset& p, TensorType weight_type, uint64_t seed,
+void write_synthetic_model(const SyntheticPreset& p, SyntheticWeights weights, uint64_t seed,
                            const gguf::File& tokenizer_source, const std::string& path,
                            const std::function<void(uint64_t, uint64_t)>& progress) {
-  if (std::ranges::find(kWeightTypes, weight_type) == std::end(kWeightTypes))
-    fail("synthetic weights cannot be written as {} (types: {})", type_traits(weight_type).name,
-         synthetic_weight_type_names());
-  const int64_t block = type_traits(weight_type).block_elements;
+  if (std::ranges::find(kWeightTypes, weights.type) == std::end(kWeightTypes))
+    fail("synthetic weights cannot be written as {} (types: {})", type_traits(weights.type).name,
+         synthetic_weight_names());
+  // Q4_K and Q6_K (the mix's two types) share the 256-value block.
+  const int64_t block = type_traits(weights.type).block_elements;
   if (p.d_model % block != 0 || p.ffn_dim % block != 0)
     fail("preset {} has rows of {} and {} values, not multiples of {}'s block of {}", p.name, p.d_model, p.ffn_dim,
-         type_traits(weight_type).name, block);
+         type_traits(weights.type).name, block);
+  const std::string type_name = weights.q4_k_m_mix ? "Q4_K_M" : std::string(type_traits(weights.type).name);
 
   gguf::Writer writer;
   const std::string arch = "llama";
   writer.add_string("general.architecture", arch)
-      .add_string("general.name", fmt::format("synthetic {} ({}, seed {})", p.name, type_traits(weight_type).name, seed))
+      .add_string("general.name", fmt::format("synthetic {} ({}, seed {})", p.name, type_name, seed))
       .add_uint32(arch + ".block_count", uint32_t(p.n_layers))
       .add_uint32(arch + ".context_length", uint32_t(p.context_length))
       .add_uint32(arch + ".embedding_length", uint32_t(p.d_model))
@@ -242,15 +255,18 @@ void write_synthetic_model(const SyntheticPreset& p, TensorType weight_type, uin
   writer.add_uint32(arch + ".vocab_size", uint32_t(vocab));
 
   uint64_t tensor_id = 0;
-  const auto matrix = [&](const std::string& name, int64_t cols, int64_t rows) {
-    writer.add_tensor(name, {cols, rows}, weight_type,
-                      random_matrix(weight_type, cols, std::sqrt(3.0f / float(cols)), seed, tensor_id++));
+  // `layer` -1: outside the blocks.
+  const auto matrix = [&](std::string_view name, int layer, int64_t cols, int64_t rows) {
+    const TensorType type = weights.type_of(name, layer, p.n_layers);
+    const std::string tensor = layer < 0 ? fmt::format("{}.weight", name) : fmt::format("blk.{}.{}.weight", layer, name);
+    writer.add_tensor(tensor, {cols, rows}, type,
+                      random_matrix(type, cols, std::sqrt(3.0f / float(cols)), seed, tensor_id++));
   };
   const auto norm = [&](const std::string& name, int64_t n) {
     writer.add_tensor(name, {n}, TensorType::F32, constant_f32(1.0f));
   };
   const int64_t D = p.d_model, q_dim = int64_t(p.n_heads) * p.head_dim, kv_dim = int64_t(p.n_kv_heads) * p.head_dim;
-  matrix("token_embd.weight", D, vocab);
+  matrix("token_embd", -1, D, vocab);
   if (p.llama3_rope_scaling) {
     const std::vector<float> divisors = llama3_rope_divisors(p.head_dim, p.rope_base);
     writer.add_tensor("rope_freqs.weight", {int64_t(divisors.size())}, TensorType::F32,
@@ -259,17 +275,17 @@ void write_synthetic_model(const SyntheticPreset& p, TensorType weight_type, uin
   for (int l = 0; l < p.n_layers; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
     norm(b + "attn_norm.weight", D);
-    matrix(b + "attn_q.weight", D, q_dim);
-    matrix(b + "attn_k.weight", D, kv_dim);
-    matrix(b + "attn_v.weight", D, kv_dim);
-    matrix(b + "attn_output.weight", q_dim, D);
+    matrix("attn_q", l, D, q_dim);
+    matrix("attn_k", l, D, kv_dim);
+    matrix("attn_v", l, D, kv_dim);
+    matrix("attn_output", l, q_dim, D);
     norm(b + "ffn_norm.weight", D);
-    matrix(b + "ffn_gate.weight", D, p.ffn_dim);
-    matrix(b + "ffn_up.weight", D, p.ffn_dim);
-    matrix(b + "ffn_down.weight", p.ffn_dim, D);
+    matrix("ffn_gate", l, D, p.ffn_dim);
+    matrix("ffn_up", l, D, p.ffn_dim);
+    matrix("ffn_down", l, p.ffn_dim, D);
   }
   norm("output_norm.weight", D);
-  matrix("output.weight", D, vocab);
+  matrix("output", -1, D, vocab);
   writer.write(path, progress);
 }
 
