@@ -187,42 +187,55 @@ TEST_F(GpuEngine, SyntheticModelMatchesTheCpu) {
   }
 }
 
-// Sequences of different lengths decoded in one batch, against the CPU
-// engine running each alone: the batched path is as close to the reference
-// as a single sequence is (prompts and tokens teacher-forced on both sides).
-// Five sequences: the quantized models' products run on the tensor cores
-// (gpu::mmq_from), the bf16 one's through gemv.
+// Sequences of different lengths decoded in one batch: each row is the same
+// sequence decoded alone on the GPU, and stays near the CPU engine's
+// (teacher-forced: both sides continue with the CPU's token). Five sequences:
+// the quantized models' products run on the tensor cores (gpu::mmq_from), the
+// bf16 one's through gemv. Batched and alone differ only in the order of fp32
+// sums (attention splits its keys by the batch), which the bf16 activations'
+// rounding carries to about 0.5 % (measured up to 0.68 %); a row of another
+// sequence or another position differs by tens of percent. Against the CPU
+// the quantized models differ by the GPU's int8 inputs through 6 layers and
+// prompts of up to 1,500 tokens (measured 1.1-3.5 %).
 TEST_F(GpuEngine, BatchedDecodeMatchesTheCpu) {
   for (const TensorType type : {TensorType::BF16, TensorType::Q4_K, TensorType::Q6_K}) {
     const std::string path = synthetic_model(type, 6);
     auto gpu = gpu::make_cuda_backend(path);
     auto cpu = engine::make_cpu_backend(path);
     const int vocab = gpu->config().vocab_size;
+    const double cpu_bound = type == TensorType::BF16 ? 0.03 : 0.05;
     for (const AttentionOptions& options : {dense(), kascade_options(*gpu, 100, 64)}) {
       const std::vector<std::vector<int32_t>> prompts = {random_tokens(90, vocab, 1), random_tokens(1500, vocab, 2),
                                                          random_tokens(777, vocab, 3), random_tokens(300, vocab, 4),
                                                          random_tokens(1100, vocab, 5)};
-      std::vector<std::unique_ptr<engine::BackendSequence>> on_gpu, on_cpu;
+      std::vector<std::unique_ptr<engine::BackendSequence>> on_gpu, alone_on_gpu, on_cpu;
       for (const auto& prompt : prompts) {
-        on_gpu.push_back(gpu->new_sequence({int64_t(prompt.size()) + 8, options, attention::KvType::F16}));
-        on_cpu.push_back(cpu->new_sequence({int64_t(prompt.size()) + 8, options, attention::KvType::F16}));
+        const engine::SequenceOptions sequence{int64_t(prompt.size()) + 8, options, attention::KvType::F16};
+        on_gpu.push_back(gpu->new_sequence(sequence));
+        alone_on_gpu.push_back(gpu->new_sequence(sequence));
+        on_cpu.push_back(cpu->new_sequence(sequence));
         gpu->prefill(*on_gpu.back(), prompt, {}, 512);
+        gpu->prefill(*alone_on_gpu.back(), prompt, {}, 512);
         cpu->prefill(*on_cpu.back(), prompt, {}, 512);
       }
-      std::vector<float> batched(prompts.size() * static_cast<size_t>(vocab)), reference(static_cast<size_t>(vocab));
+      std::vector<float> batched(prompts.size() * static_cast<size_t>(vocab)), alone(static_cast<size_t>(vocab)),
+          reference(static_cast<size_t>(vocab));
       std::vector<int32_t> tokens = {5, 6, 7, 8, 9};
       for (int step = 0; step < 6; ++step) {
         std::vector<engine::BackendSequence*> sequences;
         for (auto& s : on_gpu) sequences.push_back(s.get());
         gpu->decode(sequences, tokens, batched.data());
         for (size_t i = 0; i < prompts.size(); ++i) {
-          engine::BackendSequence* single[] = {on_cpu[i].get()};
-          cpu->decode(single, std::span(&tokens[i], 1), reference.data());
+          const std::string what = fmt::format("{} {} p={} sequence {} step {}", type_traits(type).name,
+                                               method_name(options.method), options.budget_percent, i, step);
+          engine::BackendSequence* gpu_single[] = {alone_on_gpu[i].get()};
+          gpu->decode(gpu_single, std::span(&tokens[i], 1), alone.data());
+          engine::BackendSequence* cpu_single[] = {on_cpu[i].get()};
+          cpu->decode(cpu_single, std::span(&tokens[i], 1), reference.data());
           const std::span<const float> row(batched.data() + i * vocab, size_t(vocab));
-          EXPECT_LT(relative_error(row, reference), 0.03) << type_traits(type).name << " " << method_name(options.method)
-                                                          << " p=" << options.budget_percent << " sequence " << i
-                                                          << " step " << step;
-          tokens[i] = argmax(reference);  // teacher-forced: both sides continue with the CPU's choice
+          EXPECT_LT(relative_error(row, alone), 0.01) << what << ": batched against alone";
+          EXPECT_LT(relative_error(row, reference), cpu_bound) << what << ": against the CPU";
+          tokens[i] = argmax(reference);
         }
       }
     }
