@@ -429,6 +429,47 @@ TEST_F(GpuEngine, ProductsMatchDoublePrecision) {
   }
 }
 
+// The tensor-core product of n rows (mmq) against the integer dot-product
+// kernel on each row alone, from the same int8 inputs: both sum exact integer
+// dots scaled in fp32, so they differ only in the order of fp32 sums.
+TEST_F(GpuEngine, TensorCoreProductsEqualTheDotKernelRowByRow) {
+  std::mt19937_64 rng(12);
+  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1000, 4096}, {333, 14336}, {4100, 256}}) {
+      const HostWeight host = random_weight(type, rows, cols, rng);
+      const gpu::DeviceMatrix w = gpu::upload_matrix({&host.weight}, "test weights");
+      constexpr int64_t kMaxRows = gpu::kMaxQuantizedGemvRows;
+      const std::vector<uint16_t> x = random_input(kMaxRows * cols, false, rng);
+      const gpu::DeviceMemory device_x = gpu::upload(x, "test input");
+      const gpu::DeviceMemory quants(size_t(kMaxRows * cols), "test quants");
+      const gpu::DeviceMemory scales(size_t(kMaxRows * cols / 32) * sizeof(float), "test scales");
+      gpu::quantize_rows(device_x.as<uint16_t>(), false, kMaxRows, cols, {quants.as<int8_t>(), scales.as<float>()},
+                         nullptr);
+      const gpu::GemvInput input{nullptr, false, quants.as<int8_t>(), scales.as<float>()};
+      const gpu::DeviceMemory one_row(size_t(rows) * sizeof(float), "test row output");
+      std::vector<std::vector<float>> alone;  // row t through the dot kernel
+      for (int64_t t = 0; t < kMaxRows; ++t) {
+        gpu::GemvInput row = input;
+        row.quants += t * cols;
+        row.scales += t * (cols / 32);
+        gpu::gemv(w.view, row, 1, one_row.as<float>(), rows, 0.0f, nullptr);
+        alone.push_back(download(one_row, size_t(rows)));
+      }
+      const int from = gpu::mmq_from(w.view.format);
+      for (const int64_t n : {int64_t(from), int64_t(from + 1), int64_t(8), int64_t(9), int64_t(16), int64_t(33),
+                              kMaxRows}) {
+        const gpu::DeviceMemory out(size_t(n * rows) * sizeof(float), "test output");
+        gpu::gemv(w.view, input, n, out.as<float>(), rows, 0.0f, nullptr);
+        const std::vector<float> together = download(out, size_t(n * rows));
+        for (int64_t t = 0; t < n; ++t)
+          EXPECT_LT(relative_error(std::span(together).subspan(size_t(t * rows), size_t(rows)), alone[size_t(t)]),
+                    1e-5)
+              << type_traits(type).name << " " << rows << "x" << cols << " n=" << n << " row " << t;
+      }
+    }
+  }
+}
+
 // A stack whose parts the device keeps in different formats: each run gives
 // its rows of one output, through every product path (gemv, mmq, cuBLAS) and
 // through the quantized input written once for all runs (the fused norm's).
