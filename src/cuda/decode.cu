@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "cuda/device_common.cuh"
 #include "cuda/kernels.h"
@@ -66,6 +67,43 @@ __device__ __forceinline__ void write_score_bounds(const DecodeParams& p, const 
   float* bounds = p.score_bounds + ((head_row0 + row) * p.splits + split) * 2;
   bounds[0] = smallest;
   bounds[1] = row_max;
+}
+
+// Eight sketched channels c..c+7 (key_sketch.h: nibble k of `packed` is
+// channel c + k) as the tile's element type: lo + code * step. fp16 widens in
+// half2 arithmetic, one fused multiply-add a pair: masking nibbles k and k + 4
+// into the mantissas of 1024.0 gives the codes as exact halves after
+// subtracting 1024. bf16 goes through fp32.
+template <typename T>
+__device__ __forceinline__ uint4 widen_sketch(uint32_t packed, const __half* lo, const __half* step) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const uint4 lo8 = *reinterpret_cast<const uint4*>(lo), step8 = *reinterpret_cast<const uint4*>(step);
+    uint32_t q[4];  // q[k]: halves 1024 + code of channels c + k (low) and c + 4 + k (high)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) q[k] = ((packed >> (4 * k)) & 0x000f000fu) | 0x64006400u;
+    const uint32_t pairs[4] = {__byte_perm(q[0], q[1], 0x5410), __byte_perm(q[2], q[3], 0x5410),
+                               __byte_perm(q[0], q[1], 0x7632), __byte_perm(q[2], q[3], 0x7632)};
+    const uint32_t lo_pairs[4] = {lo8.x, lo8.y, lo8.z, lo8.w}, step_pairs[4] = {step8.x, step8.y, step8.z, step8.w};
+    const __half2 offset = __half2half2(__ushort_as_half(0x6400));  // 1024
+    uint32_t out[4];
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const __half2 code = __hsub2(*reinterpret_cast<const __half2*>(&pairs[m]), offset);
+      const __half2 key = __hfma2(code, *reinterpret_cast<const __half2*>(&step_pairs[m]),
+                                  *reinterpret_cast<const __half2*>(&lo_pairs[m]));
+      out[m] = *reinterpret_cast<const uint32_t*>(&key);
+    }
+    return make_uint4(out[0], out[1], out[2], out[3]);
+  } else {
+    uint32_t out[4];
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+      const float v0 = __half2float(lo[e]) + float((packed >> (4 * e)) & 15u) * __half2float(step[e]);
+      const float v1 = __half2float(lo[e + 1]) + float((packed >> (4 * e + 4)) & 15u) * __half2float(step[e + 1]);
+      out[e / 2] = ElementTraits<T>::pack2(v0, v1);
+    }
+    return make_uint4(out[0], out[1], out[2], out[3]);
+  }
 }
 
 template <typename T, int kHeadDim, DecodeMode kMode, bool kSparse>
@@ -234,17 +272,8 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
       for (int item = lane; item < kChunkKeys * kChunks; item += 32) {
         const int row = item / kChunks, chunk = item % kChunks;
         const uint32_t packed = *reinterpret_cast<const uint32_t*>(codes + row * (kHeadDim / 2) + chunk * 4);
-        uint32_t out_pairs[4];
-#pragma unroll
-        for (int e = 0; e < 8; e += 2) {
-          const int c = chunk * 8 + e;
-          const float v0 = __half2float(params[c]) + float((packed >> (4 * e)) & 15u) * __half2float(params[kHeadDim + c]);
-          const float v1 =
-              __half2float(params[c + 1]) + float((packed >> (4 * e + 4)) & 15u) * __half2float(params[kHeadDim + c + 1]);
-          out_pairs[e / 2] = ElementTraits<T>::pack2(v0, v1);
-        }
         *reinterpret_cast<uint4*>(tile + Tile::offset(row, chunk)) =
-            make_uint4(out_pairs[0], out_pairs[1], out_pairs[2], out_pairs[3]);
+            widen_sketch<T>(packed, params + chunk * 8, params + kHeadDim + chunk * 8);
       }
       __syncwarp();
     }
