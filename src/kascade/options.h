@@ -88,9 +88,9 @@ enum class SparsePhases { Both, DecodeOnly, PrefillOnly };
 
 // What a selecting layer ranks keys from at decode: the 4-bit key sketch
 // (attention/key_sketch.h: about a quarter of the key bytes), or the fp16 keys.
-// Each engine picks its default (kCpuScoring, kGpuScoring): the CPU's
-// integer sketch scorer decodes faster than exact scoring, the GPU's sketch
-// decode slower, at the same accuracy (docs/benchmarks.md, docs/gpu_engine.md).
+// Each engine picks its default (kCpuScoring, kGpuScoring): both score from
+// the sketch, which decodes faster than exact scoring at the same accuracy
+// (docs/benchmarks.md, docs/gpu_engine.md).
 enum class Scoring { Sketch, Exact };
 
 struct AttentionOptions {
