@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -134,12 +135,30 @@ int run(int argc, char** argv) {
     return 2;
   }
   std::vector<int> input_rows;
-  for (const std::string& r : split(row_list)) input_rows.push_back(std::stoi(r));
-  const int max_rows = *std::max_element(input_rows.begin(), input_rows.end());
-  if (max_rows < 1 || max_rows > kMaxQuantizedGemvRows) {
-    fmt::print(stderr, "matrix_bench: --rows must lie in [1, {}]\n", kMaxQuantizedGemvRows);
+  for (const std::string& r : split(row_list)) {
+    int n = 0;
+    const auto [end, error] = std::from_chars(r.data(), r.data() + r.size(), n);
+    if (error != std::errc() || end != r.data() + r.size() || n < 1 || n > kMaxQuantizedGemvRows) {
+      fmt::print(stderr, "matrix_bench: --rows takes counts in [1, {}], not '{}'\n", kMaxQuantizedGemvRows, r);
+      return 2;
+    }
+    input_rows.push_back(n);
+  }
+  if (input_rows.empty()) {
+    fmt::print(stderr, "matrix_bench: --rows is empty\n");
     return 2;
   }
+  const int max_rows = *std::max_element(input_rows.begin(), input_rows.end());
+  for (const std::string& model : split(models))
+    if (std::none_of(std::begin(kShapes), std::end(kShapes), [&](const Shape& s) { return model == s.model; })) {
+      fmt::print(stderr, "matrix_bench: unknown shapes '{}' (qwen2.5-1.5b, llama-3.1-8b)\n", model);
+      return 2;
+    }
+  for (const std::string& name : split(formats))
+    if (std::none_of(std::begin(kFormats), std::end(kFormats), [&](const Format& f) { return name == f.name; })) {
+      fmt::print(stderr, "matrix_bench: unknown format '{}' (q4_k, q6_k, q8_0, bf16)\n", name);
+      return 2;
+    }
   const DeviceInfo device = device_info();
   fmt::print("{} ({} SMs)\n", device.name, device.multiprocessors);
   fmt::print("| model | matrix | format | input rows | us a call | weight GB/s |\n|---|---|---|---|---|---|\n");
@@ -159,13 +178,8 @@ int run(int argc, char** argv) {
       quantize_rows(x.as<uint16_t>(), false, max_rows, shape.cols, {quants.as<int8_t>(), scales.as<float>()}, stream);
       DeviceMemory out(size_t(max_rows * shape.rows) * sizeof(float), "matrix_bench output");
       for (const std::string& format_name : split(formats)) {
-        const Format* format = nullptr;
-        for (const Format& f : kFormats)
-          if (format_name == f.name) format = &f;
-        if (!format) {
-          fmt::print(stderr, "matrix_bench: unknown format {} (q4_k, q6_k, q8_0, bf16)\n", format_name);
-          return 2;
-        }
+        const Format* format = std::find_if(std::begin(kFormats), std::end(kFormats),
+                                            [&](const Format& f) { return format_name == f.name; });
         const uint64_t bytes = device_bytes(format->format, shape.rows, shape.cols);
         const size_t n_copies = std::max<size_t>(2, (kRotationBytes + bytes - 1) / bytes);
         std::vector<DeviceMemory> memory;
