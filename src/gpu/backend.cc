@@ -89,7 +89,8 @@ class CudaBackend;
 
 class CudaSequence final : public BackendSequence {
  public:
-  CudaSequence(CudaBackend& owner, std::vector<int> pages, int64_t capacity, Plan plan, const int* head_maps);
+  CudaSequence(CudaBackend& owner, std::vector<int> pages, int64_t capacity, Plan plan, int64_t step_keys_from,
+               const int* head_maps);
   ~CudaSequence() override;
 
   int64_t position() const override { return position_; }
@@ -103,6 +104,7 @@ class CudaSequence final : public BackendSequence {
   int64_t capacity_;
   int64_t position_ = 0;
   Plan plan_;
+  int64_t step_keys_from_;  // sparse_decode_step's: kGpuSparseStepKeys, or 0 where sparse_from was set
   const int* head_maps_ = nullptr;  // the plan's flat_pools() on the device (the backend's copy)
   model::TimeSplit time_;
 };
@@ -184,7 +186,9 @@ class CudaBackend final : public engine::Backend {
   void norm_then_matmul(StepBuffers& b, const float* x, const DeviceMemory& norm, std::span<const Matrix> m,
                         int64_t n, float* out);
   // Every kernel of a decode step whose metadata is on the device.
-  void decode_kernels(const CudaSequence& seq, int64_t batch, int64_t stride, int bucket, int64_t max_len);
+  // plan_keys: the keys the plan's layer actions are read at, the longest
+  // sequence's in a selecting step (sparse_decode_step), 0 (dense) otherwise.
+  void decode_kernels(const CudaSequence& seq, int64_t batch, int64_t stride, int bucket, int64_t plan_keys);
   // The fields of a QkvStep fixed by the model and the page size; a step sets the rest.
   QkvStep model_qkv_step() const;
   void sync(const char* what) { check(cudaStreamSynchronize(stream_), what); }
@@ -216,8 +220,13 @@ class CudaBackend final : public engine::Backend {
 };
 
 CudaSequence::CudaSequence(CudaBackend& owner, std::vector<int> pages, int64_t capacity, Plan plan,
-                           const int* head_maps)
-    : owner_(owner), pages_(std::move(pages)), capacity_(capacity), plan_(std::move(plan)), head_maps_(head_maps) {}
+                           int64_t step_keys_from, const int* head_maps)
+    : owner_(owner),
+      pages_(std::move(pages)),
+      capacity_(capacity),
+      plan_(std::move(plan)),
+      step_keys_from_(step_keys_from),
+      head_maps_(head_maps) {}
 
 CudaSequence::~CudaSequence() { owner_.pool().give_back(pages_); }
 
@@ -360,7 +369,9 @@ std::unique_ptr<BackendSequence> CudaBackend::new_sequence(const engine::Sequenc
     }
   }
   const int64_t n_pages = (options.capacity + options_.page_size - 1) / options_.page_size;
-  return std::make_unique<CudaSequence>(*this, pool_->take(n_pages), options.capacity, std::move(plan), head_maps);
+  const int64_t step_keys_from = options.attention.sparse_from ? 0 : kGpuSparseStepKeys;
+  return std::make_unique<CudaSequence>(*this, pool_->take(n_pages), options.capacity, std::move(plan), step_keys_from,
+                                        head_maps);
 }
 
 void CudaBackend::copy_prefix(BackendSequence& to, const BackendSequence& from) {
@@ -678,7 +689,7 @@ QkvStep CudaBackend::model_qkv_step() const {
 
 // Reads the metadata decode() uploaded to decode_.meta: tokens [B], positions
 // [B], lengths [B], the sequence of each row [B], the page table [B][stride].
-void CudaBackend::decode_kernels(const CudaSequence& seq, int64_t B, int64_t stride, int bucket, int64_t max_len) {
+void CudaBackend::decode_kernels(const CudaSequence& seq, int64_t B, int64_t stride, int bucket, int64_t plan_keys) {
   const model::Config& c = config_;
   const int* meta = decode_.meta.memory.as<int>();
   float* x = decode_.x.memory.as<float>();
@@ -708,7 +719,7 @@ void CudaBackend::decode_kernels(const CudaSequence& seq, int64_t B, int64_t str
     project_qkv(decode_, w, l, x, B, qkv_template);
     args.keys = pool_->keys(l);
     args.values = pool_->values(l);
-    attend(decode_, l, seq, Phase::Decode, max_len, args);
+    attend(decode_, l, seq, Phase::Decode, plan_keys, args);
     add_attention(decode_, w, decode_.attended.memory.as<uint16_t>(), x, B);
     feed_forward(decode_, w, x, B);
   }
@@ -725,7 +736,7 @@ void CudaBackend::decode(std::span<BackendSequence* const> sequences, std::span<
   if (B > options_.max_batch) fail("decode batch of {} exceeds the engine's maximum of {}", B, options_.max_batch);
   Stopwatch clock;
   const CudaSequence& first = on_gpu(*sequences[0]);
-  int64_t stride = 0, max_len = 0;
+  int64_t stride = 0, max_len = 0, step_keys = 0;
   for (BackendSequence* s : sequences) {
     const CudaSequence& seq = on_gpu(*s);
     if (seq.position_ < 1) fail("decode needs a prefilled sequence");
@@ -734,6 +745,7 @@ void CudaBackend::decode(std::span<BackendSequence* const> sequences, std::span<
       fail("sequences batched in one decode step must share their attention settings");
     stride = std::max<int64_t>(stride, int64_t(seq.pages_.size()));
     max_len = std::max(max_len, seq.position_ + 1);
+    step_keys += seq.position_ + 1;
   }
   for (const int32_t token : tokens)
     if (token < 0 || token >= c.vocab_size) fail("token id {} is outside the vocabulary of {}", token, c.vocab_size);
@@ -755,11 +767,12 @@ void CudaBackend::decode(std::span<BackendSequence* const> sequences, std::span<
 
   constexpr int64_t kBucket = 2048;
   const int bucket = int(std::min(stride * options_.page_size, (max_len + kBucket - 1) / kBucket * kBucket));
-  // A step's layers are sparse or dense by its longest sequence (plan.sparse),
-  // which the key therefore names.
+  // A step's layers are sparse or dense by its longest sequence and its keys
+  // together (sparse_decode_step), which the key therefore names.
+  const bool sparse = sparse_decode_step(first.plan_, max_len, step_keys, first.step_keys_from_);
   graphs_.run(
-      fmt::format("{} {} {} {} {}", B, stride, bucket, first.plan_.sparse(Phase::Decode, max_len), first.plan_.key()),
-      stream_, [&] { decode_kernels(first, B, stride, bucket, max_len); },
+      fmt::format("{} {} {} {} {}", B, stride, bucket, sparse, first.plan_.key()), stream_,
+      [&] { decode_kernels(first, B, stride, bucket, sparse ? max_len : 0); },
       [&] { return decode_.attention.high_water(); });
   check(cudaMemcpyAsync(logits, decode_.logits.memory.data(), size_t(B) * c.vocab_size * sizeof(float),
                         cudaMemcpyDeviceToHost, stream_),
@@ -774,6 +787,10 @@ void CudaBackend::decode(std::span<BackendSequence* const> sequences, std::span<
 }
 
 }  // namespace
+
+bool sparse_decode_step(const Plan& plan, int64_t longest, int64_t step_keys, int64_t step_keys_from) {
+  return plan.sparse(Phase::Decode, longest) && step_keys >= step_keys_from;
+}
 
 std::unique_ptr<engine::Backend> make_cuda_backend(const std::string& path, const BackendOptions& options) {
   return std::make_unique<CudaBackend>(path, options);

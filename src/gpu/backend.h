@@ -25,6 +25,7 @@
 #include <string>
 
 #include "engine/backend.h"
+#include "kascade/plan.h"
 
 namespace kascade::gpu {
 
@@ -36,6 +37,18 @@ namespace kascade::gpu {
 // the 8B ahead only from 32K at batch 16. AttentionOptions::sparse_from
 // overrides it.
 inline constexpr int64_t kGpuSparseFrom = 32768;
+
+// ... and only in a step whose sequences hold this many keys together: a
+// selecting layer's chain of kernels has a fixed cost that one sequence's keys
+// do not repay. Measured with every layer selecting (docs/gpu_engine.md,
+// "Issue 29's GPU targets"): the 8B at 32K x 1 0.88-0.89x dense, at 128K x 1
+// 0.94x, the 1.5B at 8K x 16 (131K keys) 0.91x; the 8B at 32K x 8 (262K keys)
+// 1.32x, at 32K x 16 1.15x. Not applied when AttentionOptions::sparse_from is set.
+inline constexpr int64_t kGpuSparseStepKeys = 262144;
+
+// Whether a decode step selects keys: its longest sequence has reached the
+// plan's sparse_from and its keys together reach step_keys_from.
+bool sparse_decode_step(const Plan& plan, int64_t longest, int64_t step_keys, int64_t step_keys_from);
 
 // What the GPU engine's selecting layers rank keys from: the 4-bit key sketch.
 // With its codes widened in half2 arithmetic, sketch scoring decodes 12-14 %
