@@ -20,9 +20,10 @@
 # (1,16,64) clients; dense, then the paper's Kascade per request. Needs
 # PREBUILT binaries linked with cpp-httplib (README, "Building by hand").
 #
-# PREBUILT=DIR   use kascade, engine_bench, gpu_engine_test and
-#                kascade_cuda_test from DIR (built elsewhere with
-#                -DKASCADE_CUDA=ON -DKASCADE_STATIC_LIBS=ON); else configure
+# PREBUILT=DIR   use kascade, engine_bench, gpu_engine_test,
+#                kascade_cuda_test and (optional) matrix_bench from DIR
+#                (built elsewhere with -DKASCADE_CUDA=ON
+#                -DKASCADE_STATIC_LIBS=ON); else configure
 #                and build build-device-engine/ here (needs OpenBLAS and
 #                libpng, which the GPU machine lacks: prefer PREBUILT there).
 # KASCADE_CACHE  where the default model is (the parity test on a real model
@@ -32,6 +33,7 @@
 #                engine_bench's lists.
 # SYNTH_TOKENIZER  a GGUF whose tokenizer the synthetic models take (default:
 #                the default model's; the GPU machine has neither unless staged).
+# MATRIX_ROWS    input rows of matrix_bench's products (default 1,8), after engine_bench.
 # HF_CONTEXTS    also time Hugging Face transformers (bench/gpu/hf_baseline.py)
 #                at these contexts and HF_BATCHES (default 1,16).
 set -uo pipefail
@@ -49,10 +51,10 @@ if [[ -n ${PREBUILT:-} ]]; then
 else
   bin=$root/build-device-engine
   cmake -S . -B "$bin" -DCMAKE_BUILD_TYPE=Release -DKASCADE_CUDA=ON >"$OUT/configure.log" 2>&1 &&
-    cmake --build "$bin" -j"$(nproc)" --target kascade engine_bench gpu_engine_test kascade_cuda_test \
+    cmake --build "$bin" -j"$(nproc)" --target kascade engine_bench gpu_engine_test kascade_cuda_test matrix_bench \
       >"$OUT/build.log" 2>&1 || { echo "build failed (see $OUT/build.log)"; exit 1; }
   bin=$bin  # the test binaries sit in src/gpu and src/cuda of the build
-  ln -sf "$bin/src/gpu/gpu_engine_test" "$bin/src/cuda/kascade_cuda_test" "$bin/" 2>/dev/null
+  ln -sf "$bin/src/gpu/gpu_engine_test" "$bin/src/gpu/matrix_bench" "$bin/src/cuda/kascade_cuda_test" "$bin/" 2>/dev/null
 fi
 
 # The synthetic Llama 3.1 8B of a weight type, written once per machine; prints its path.
@@ -140,6 +142,10 @@ if [[ $what != test ]]; then
       --repeats 1 --decode-steps 12 2>&1 | tee "$OUT/engine_bench_$type.log"
     [[ ${PIPESTATUS[0]} == 0 ]] || status=1
   done
+  if [[ -x $bin/matrix_bench ]]; then  # the decode products alone
+    "$bin/matrix_bench" --rows "${MATRIX_ROWS:-1,8}" >"$OUT/matrix_bench.log" 2>&1 || status=1
+    tail -n +2 "$OUT/matrix_bench.log"
+  fi
   if [[ -n ${HF_CONTEXTS:-} ]]; then  # transformers on the same shape, same run
     python3 bench/gpu/hf_baseline.py --contexts "$HF_CONTEXTS" --batches "${HF_BATCHES:-1,16}" \
       --out "$OUT/hf_baseline.md" >"$OUT/hf_baseline.log" 2>&1 || status=1
