@@ -111,7 +111,8 @@ struct AttentionOptions {
   // CPU's integer sketch scorer pays, the GPU's sketch decode does not).
   std::optional<Scoring> scoring;
   // Decode steps that see fewer keys attend densely (below it the sparse
-  // path costs more than it saves); unset: the engine's measured break-even.
+  // path costs more than it saves); unset: the engine's measured break-even
+  // (the GPU's also counts the keys of the whole batch, gpu/backend.h).
   std::optional<int64_t> sparse_from;
 
   // Layers attended densely; unset: kascade/oracle-topk {0}, quest {0, 1}.
