@@ -36,6 +36,7 @@ const SyntheticPreset& synthetic_preset(std::string_view name);
 // layers llama.cpp's rule gives more bits (the first and last eighth, and
 // every third layer between).
 struct SyntheticWeights {
+  // Implicit: a TensorType is the one-type case.
   SyntheticWeights(TensorType type, bool q4_k_m_mix = false) : type(type), q4_k_m_mix(q4_k_m_mix) {}
   TensorType type;
   bool q4_k_m_mix;
