@@ -8,12 +8,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <charconv>
+#include <map>
 #include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "gpu/device.h"
@@ -34,25 +35,8 @@ constexpr Shape kShapes[] = {
     {"llama-3.1-8b", "gate_up", 28672, 4096}, {"llama-3.1-8b", "down", 4096, 14336},
 };
 
-struct Format {
-  const char* name;
-  MatrixFormat format;
-};
-constexpr Format kFormats[] = {{"q4_k", MatrixFormat::Q4_K},
-                               {"q6_k", MatrixFormat::Q6_K},
-                               {"q8_0", MatrixFormat::Q8_0},
-                               {"bf16", MatrixFormat::BF16}};
-
-std::vector<std::string> split(const std::string& list) {
-  std::vector<std::string> items;
-  size_t start = 0;
-  while (start <= list.size()) {
-    const size_t end = std::min(list.find(',', start), list.size());
-    if (end > start) items.push_back(list.substr(start, end - start));
-    start = end + 1;
-  }
-  return items;
-}
+const std::map<std::string, MatrixFormat> kFormats = {
+    {"q4_k", MatrixFormat::Q4_K}, {"q6_k", MatrixFormat::Q6_K}, {"q8_0", MatrixFormat::Q8_0}, {"bf16", MatrixFormat::BF16}};
 
 // Random bytes with every scale a small finite fp16 (bf16: every value), so
 // that no product meets an infinity or NaN.
@@ -118,54 +102,16 @@ double time_calls(const std::vector<Matrix>& copies, const GemvInput& x, int n, 
   return median(per_call);
 }
 
-int run(int argc, char** argv) {
-  std::string formats = "q4_k,q6_k,q8_0,bf16", row_list = "1,2,4,8,16", models = "qwen2.5-1.5b,llama-3.1-8b";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--formats") formats = argv[i + 1];
-    else if (flag == "--rows") row_list = argv[i + 1];
-    else if (flag == "--shapes") models = argv[i + 1];
-    else {
-      fmt::print(stderr, "matrix_bench: unknown flag {} (--formats, --rows, --shapes)\n", flag);
-      return 2;
-    }
-  }
-  if (argc % 2 == 0) {
-    fmt::print(stderr, "matrix_bench: flag {} needs a value\n", argv[argc - 1]);
-    return 2;
-  }
-  std::vector<int> input_rows;
-  for (const std::string& r : split(row_list)) {
-    int n = 0;
-    const auto [end, error] = std::from_chars(r.data(), r.data() + r.size(), n);
-    if (error != std::errc() || end != r.data() + r.size() || n < 1 || n > kMaxQuantizedGemvRows) {
-      fmt::print(stderr, "matrix_bench: --rows takes counts in [1, {}], not '{}'\n", kMaxQuantizedGemvRows, r);
-      return 2;
-    }
-    input_rows.push_back(n);
-  }
-  if (input_rows.empty()) {
-    fmt::print(stderr, "matrix_bench: --rows is empty\n");
-    return 2;
-  }
+void run(const std::vector<std::string>& formats, const std::vector<int>& input_rows,
+         const std::vector<std::string>& models) {
   const int max_rows = *std::max_element(input_rows.begin(), input_rows.end());
-  for (const std::string& model : split(models))
-    if (std::none_of(std::begin(kShapes), std::end(kShapes), [&](const Shape& s) { return model == s.model; })) {
-      fmt::print(stderr, "matrix_bench: unknown shapes '{}' (qwen2.5-1.5b, llama-3.1-8b)\n", model);
-      return 2;
-    }
-  for (const std::string& name : split(formats))
-    if (std::none_of(std::begin(kFormats), std::end(kFormats), [&](const Format& f) { return name == f.name; })) {
-      fmt::print(stderr, "matrix_bench: unknown format '{}' (q4_k, q6_k, q8_0, bf16)\n", name);
-      return 2;
-    }
   const DeviceInfo device = device_info();
   fmt::print("{} ({} SMs)\n", device.name, device.multiprocessors);
   fmt::print("| model | matrix | format | input rows | us a call | weight GB/s |\n|---|---|---|---|---|---|\n");
   cudaStream_t stream;
   check(cudaStreamCreate(&stream), "stream");
   constexpr size_t kRotationBytes = size_t(256) << 20;  // over twice the H100's and H200's L2
-  for (const std::string& model : split(models)) {
+  for (const std::string& model : models) {
     for (const Shape& shape : kShapes) {
       if (model != shape.model) continue;
       // Inputs: bf16 rows and their quantized form.
@@ -177,39 +123,55 @@ int run(int argc, char** argv) {
       DeviceMemory scales(size_t(max_rows * shape.cols / 32) * sizeof(float), "matrix_bench scales");
       quantize_rows(x.as<uint16_t>(), false, max_rows, shape.cols, {quants.as<int8_t>(), scales.as<float>()}, stream);
       DeviceMemory out(size_t(max_rows * shape.rows) * sizeof(float), "matrix_bench output");
-      for (const std::string& format_name : split(formats)) {
-        const Format* format = std::find_if(std::begin(kFormats), std::end(kFormats),
-                                            [&](const Format& f) { return format_name == f.name; });
-        const uint64_t bytes = device_bytes(format->format, shape.rows, shape.cols);
+      for (const std::string& format_name : formats) {
+        const MatrixFormat format = kFormats.at(format_name);
+        const uint64_t bytes = device_bytes(format, shape.rows, shape.cols);
         const size_t n_copies = std::max<size_t>(2, (kRotationBytes + bytes - 1) / bytes);
         std::vector<DeviceMemory> memory;
         std::vector<Matrix> copies;
         for (size_t c = 0; c < n_copies; ++c) {
-          memory.push_back(upload(random_matrix_bytes(format->format, shape.rows, shape.cols, c), "matrix_bench weights"));
-          copies.push_back({format->format, memory.back().as<uint8_t>(), shape.rows, shape.cols});
+          memory.push_back(upload(random_matrix_bytes(format, shape.rows, shape.cols, c), "matrix_bench weights"));
+          copies.push_back({format, memory.back().as<uint8_t>(), shape.rows, shape.cols});
         }
         GemvInput input;
-        if (format->format == MatrixFormat::BF16) input.x = x.as<uint16_t>();
+        if (format == MatrixFormat::BF16) input.x = x.as<uint16_t>();
         else input = {nullptr, false, quants.as<int8_t>(), scales.as<float>()};
         for (const int n : input_rows) {
-          if (format->format == MatrixFormat::BF16 && n > kGemvGroup) continue;
+          if (format == MatrixFormat::BF16 && n > kGemvGroup) continue;
           const double us = time_calls(copies, input, n, out.as<float>(), stream);
           fmt::print("| {} | {} {}x{} | {} | {} | {:.2f} | {:.0f} |\n", shape.model, shape.name, shape.rows,
-                     shape.cols, format->name, n, us, double(bytes) / (us * 1e3));
+                     shape.cols, format_name, n, us, double(bytes) / (us * 1e3));
         }
       }
     }
   }
   check(cudaStreamDestroy(stream), "stream");
-  return 0;
 }
 
 }  // namespace
 }  // namespace kascade::gpu
 
 int main(int argc, char** argv) {
+  using kascade::gpu::kFormats;
+  CLI::App app{"Decode's weight products alone on the GPU (gpu::gemv), us a call and weight GB/s"};
+  std::vector<std::string> formats = {"q4_k", "q6_k", "q8_0", "bf16"}, models = {"qwen2.5-1.5b", "llama-3.1-8b"};
+  std::vector<int> input_rows = {1, 2, 4, 8, 16};
+  app.add_option("--formats", formats, "Device formats")
+      ->delimiter(',')
+      ->check(CLI::IsMember(kFormats))
+      ->capture_default_str();
+  app.add_option("--rows", input_rows, "Input rows of a product")
+      ->delimiter(',')
+      ->check(CLI::Range(1, kascade::gpu::kMaxQuantizedGemvRows))
+      ->capture_default_str();
+  app.add_option("--shapes", models, "Models whose matrices are timed")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"qwen2.5-1.5b", "llama-3.1-8b"}))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   try {
-    return kascade::gpu::run(argc, argv);
+    kascade::gpu::run(formats, input_rows, models);
+    return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "matrix_bench: {}\n", e.what());
     return 1;
