@@ -257,12 +257,12 @@ CudaBackend::CudaBackend(const std::string& path, const BackendOptions& options)
   size_t dequantize_bytes = 0;
   int64_t quantized_cols = 0;
   const auto account = [&](const WeightParts& parts, bool read_at_decode) {
-    for (const WeightParts& run : format_runs(parts)) {
-      const MatrixFormat format = device_format(run);
+    const uint64_t bytes = stack_device_bytes(parts);
+    weight_bytes += bytes;
+    if (read_at_decode) decode_weight_bytes += bytes;
+    for (const WeightParts& run : format_runs(parts)) {  // the quantized runs' buffers
+      if (device_format(run) == MatrixFormat::BF16) continue;
       const int64_t rows = stacked_rows(run), cols = run.front()->cols;
-      weight_bytes += device_bytes(format, rows, cols);
-      if (read_at_decode) decode_weight_bytes += device_bytes(format, rows, cols);
-      if (format == MatrixFormat::BF16) continue;
       constexpr size_t kDequantizeCap = size_t(128) << 20;
       dequantize_bytes = std::max(dequantize_bytes, std::min(kDequantizeCap, size_t(rows) * size_t(cols) * 2));
       quantized_cols = std::max(quantized_cols, cols);
