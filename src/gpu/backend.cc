@@ -104,7 +104,7 @@ class CudaSequence final : public BackendSequence {
   int64_t capacity_;
   int64_t position_ = 0;
   Plan plan_;
-  int64_t step_keys_from_;  // sparse_decode_step's: kGpuSparseStepKeys, or 0 where sparse_from was set
+  int64_t step_keys_from_;  // sparse_decode_step's: sparse_step_keys, or 0 where sparse_from was set
   const int* head_maps_ = nullptr;  // the plan's flat_pools() on the device (the backend's copy)
   model::TimeSplit time_;
 };
@@ -369,7 +369,8 @@ std::unique_ptr<BackendSequence> CudaBackend::new_sequence(const engine::Sequenc
     }
   }
   const int64_t n_pages = (options.capacity + options_.page_size - 1) / options_.page_size;
-  const int64_t step_keys_from = options.attention.sparse_from ? 0 : kGpuSparseStepKeys;
+  const int64_t step_keys_from =
+      options.attention.sparse_from ? 0 : sparse_step_keys(config_.n_kv_heads, config_.head_dim);
   return std::make_unique<CudaSequence>(*this, pool_->take(n_pages), options.capacity, std::move(plan), step_keys_from,
                                         head_maps);
 }
@@ -787,6 +788,11 @@ void CudaBackend::decode(std::span<BackendSequence* const> sequences, std::span<
 }
 
 }  // namespace
+
+int64_t sparse_step_keys(int64_t n_kv_heads, int64_t head_dim) {
+  const int64_t width = n_kv_heads * head_dim;
+  return (kGpuSparseStepKeyElements + width - 1) / width;
+}
 
 bool sparse_decode_step(const Plan& plan, int64_t longest, int64_t step_keys, int64_t step_keys_from) {
   return plan.sparse(Phase::Decode, longest) && step_keys >= step_keys_from;

@@ -38,16 +38,25 @@ namespace kascade::gpu {
 // overrides it.
 inline constexpr int64_t kGpuSparseFrom = 32768;
 
-// ... and only in a step whose sequences hold this many keys together: a
-// selecting layer's chain of kernels has a fixed cost that one sequence's keys
-// do not repay. Measured with every layer selecting (docs/gpu_engine.md,
-// "Issue 29's GPU targets"): the 8B at 32K x 1 0.88-0.89x dense, at 128K x 1
-// 0.94x, the 1.5B at 8K x 16 (131K keys) 0.91x; the 8B at 32K x 8 (262K keys)
-// 1.32x, at 32K x 16 1.15x. Not applied when AttentionOptions::sparse_from is set.
-inline constexpr int64_t kGpuSparseStepKeys = 262144;
+// ... and only in a step whose sequences' keys, times the width of a layer's
+// keys (KV heads x head_dim), reach this many elements: a selecting layer's
+// chain of kernels has a fixed cost that few keys do not repay, and what the
+// keys repay grows with the bytes a dense layer reads. Measured on the H100
+// with every layer selecting (docs/gpu_engine.md, "The step rule measured"),
+// synthetic 8B Q4_K (8 x 128 wide), ratio to dense: 32K x 1 0.89x, x 2 1.03x,
+// x 4 1.15x, x 8 1.33x; 64K x 1 0.96x, x 2 1.15x; 131K x 1 1.07x, x 2 1.31x.
+// So 96K of the 8B's keys (break-even at batch 1 lies near 82K); the 1.5B's
+// 2 x 128 need 384K (at 30K x 16, 480K, it measured 1.16x). Not applied when
+// AttentionOptions::sparse_from is set.
+inline constexpr int64_t kGpuSparseStepKeyElements = int64_t(96) * 1024 * 1024;
+
+// The keys a step needs together to select: kGpuSparseStepKeyElements over
+// the width of a layer's keys, rounded up.
+int64_t sparse_step_keys(int64_t n_kv_heads, int64_t head_dim);
 
 // Whether a decode step selects keys: its longest sequence has reached the
-// plan's sparse_from and its keys together reach step_keys_from.
+// plan's sparse_from and its keys together reach step_keys_from
+// (sparse_step_keys, or 0 where the user set sparse_from).
 bool sparse_decode_step(const Plan& plan, int64_t longest, int64_t step_keys, int64_t step_keys_from);
 
 // What the GPU engine's selecting layers rank keys from: the 4-bit key sketch.

@@ -338,32 +338,42 @@ TEST(GpuMatrixHost, PackingKeepsTheValues) {
   EXPECT_EQ(gpu::device_format({&q8.weight, &q4.weight}), gpu::MatrixFormat::BF16);
 }
 
-// A stack's runs: consecutive parts the device keeps in one format (a Q4_K_M
-// file's Q/K/V: Q and K in Q4_K, V in Q6_K), and the bytes they take.
 // Where the GPU's default Kascade selects at decode: from kGpuSparseFrom keys
-// in the longest sequence and kGpuSparseStepKeys in the step (8 x 32K), the
-// measured points of its comment; a sparse_from the user sets alone decides.
+// in the longest sequence and sparse_step_keys in the step, at the measured
+// points of kGpuSparseStepKeyElements' comment; a sparse_from the user sets
+// alone decides.
 TEST(GpuDecodeRule, SelectsWhereTheStepsKeysRepayTheChain) {
-  const Shape shape{32, 32, 8, 128};  // Llama 3.1 8B's attention
   AttentionOptions set_by_user;
   set_by_user.method = Method::Kascade;
   set_by_user.sparse_from = 0;
   AttentionOptions by_default = set_by_user;
   by_default.sparse_from.reset();
-  const Plan defaults(engine::with_engine_defaults(by_default, gpu::kGpuSparseFrom, gpu::kGpuScoring), shape);
-  const Plan from0(engine::with_engine_defaults(set_by_user, gpu::kGpuSparseFrom, gpu::kGpuScoring), shape);
-  const auto sparse = [](const Plan& plan, int64_t context, int64_t batch, int64_t step_keys_from) {
-    return gpu::sparse_decode_step(plan, context, context * batch, step_keys_from);
+  const auto sparse = [&](const Shape& shape, int64_t context, int64_t batch) {
+    const Plan plan(engine::with_engine_defaults(by_default, gpu::kGpuSparseFrom, gpu::kGpuScoring), shape);
+    return gpu::sparse_decode_step(plan, context, context * batch, gpu::sparse_step_keys(shape.n_kv_heads, shape.head_dim));
   };
-  EXPECT_FALSE(sparse(defaults, 32768, 1, gpu::kGpuSparseStepKeys));   // 0.88x dense when selecting
-  EXPECT_FALSE(sparse(defaults, 131072, 1, gpu::kGpuSparseStepKeys));  // 0.94x
-  EXPECT_FALSE(sparse(defaults, 8192, 16, gpu::kGpuSparseStepKeys));   // below 32K a sequence
-  EXPECT_TRUE(sparse(defaults, 32768, 8, gpu::kGpuSparseStepKeys));    // 1.32x
-  EXPECT_TRUE(sparse(defaults, 32768, 16, gpu::kGpuSparseStepKeys));   // 1.15x
-  EXPECT_TRUE(sparse(from0, 1024, 1, 0));
-  EXPECT_FALSE(gpu::sparse_decode_step(Plan(AttentionOptions{}, shape), 1 << 20, 1 << 24, 0));  // dense attention
+  const Shape llama8b{32, 32, 8, 128}, qwen15b{28, 12, 2, 128};
+  EXPECT_EQ(gpu::sparse_step_keys(8, 128), 98304);
+  EXPECT_EQ(gpu::sparse_step_keys(2, 128), 393216);
+  EXPECT_EQ(gpu::sparse_step_keys(3, 100), 335545);  // rounded up
+  EXPECT_FALSE(sparse(llama8b, 32768, 1));   // 0.89x dense when selecting
+  EXPECT_FALSE(sparse(llama8b, 32768, 2));   // 1.03x
+  EXPECT_TRUE(sparse(llama8b, 32768, 4));    // 1.15x
+  EXPECT_TRUE(sparse(llama8b, 32768, 8));    // 1.33x
+  EXPECT_FALSE(sparse(llama8b, 65536, 1));   // 0.96x
+  EXPECT_TRUE(sparse(llama8b, 65536, 2));    // 1.15x
+  EXPECT_TRUE(sparse(llama8b, 131000, 1));   // 1.07x
+  EXPECT_FALSE(sparse(llama8b, 8192, 16));   // below 32K a sequence
+  EXPECT_FALSE(sparse(qwen15b, 30000, 16));  // below 32K a sequence
+  EXPECT_FALSE(sparse(qwen15b, 32768, 8));   // 256K keys of 2 x 128
+  EXPECT_TRUE(sparse(qwen15b, 32768, 12));
+  const Plan from0(engine::with_engine_defaults(set_by_user, gpu::kGpuSparseFrom, gpu::kGpuScoring), llama8b);
+  EXPECT_TRUE(gpu::sparse_decode_step(from0, 1024, 1, 0));
+  EXPECT_FALSE(gpu::sparse_decode_step(Plan(AttentionOptions{}, llama8b), 1 << 20, 1 << 24, 0));  // dense attention
 }
 
+// A stack's runs: consecutive parts the device keeps in one format (a Q4_K_M
+// file's Q/K/V: Q and K in Q4_K, V in Q6_K), and the bytes they take.
 TEST(GpuMatrixHost, StacksSplitIntoRunsOfOneFormat) {
   std::mt19937_64 rng(4);
   const HostWeight q = random_weight(TensorType::Q4_K, 8, 512, rng), k = random_weight(TensorType::Q4_K, 2, 512, rng),
