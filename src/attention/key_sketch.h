@@ -18,8 +18,10 @@
 // the weights w_c = q_c * step_c to int8 (scale = max_c |w_c| / 127) and
 // sums code * weight exactly, so score = q.lo + scale * sum_c code_c w8_c
 // (sketch_weights); u8 x s8 products run at four times the rate of fp32
-// FMAs. The GPU widens the sketched keys to fp16 for its tensor cores
-// instead; both are checked against the dequantized keys' dot products.
+// FMAs. The GPU splits the score the same way on its tensor cores: per block
+// the weights q_c * step_c in the cache's element type and q.lo in fp32, the
+// codes exact as B fragments (cuda/decode.cu, SketchScorer); both are checked
+// against the dequantized keys' dot products.
 //
 // Only complete blocks are sketched: a decode step with N keys scores keys
 // [0, sketched_end(N)) from the sketch and the rest, the block that holds the

@@ -215,7 +215,8 @@ void carve_partials(Carver& carver, detail::DecodeParams& p, int head_dim) {
 // `dependent`: launch the pass as a programmatic dependent of the stream's previous kernel.
 void run_decode_pass(detail::DecodeParams p, DType dtype, int head_dim, detail::DecodeMode mode, bool dependent,
                      cudaStream_t stream) {
-  const bool with_output = mode != detail::DecodeMode::ScoresOnly;
+  // Score-only passes (exact or sketched) leave no partial outputs to fold.
+  const bool with_output = mode == detail::DecodeMode::Attend || mode == detail::DecodeMode::AttendAndScores;
   detail::launch_decode_attention(p, dtype, head_dim, mode, dependent, stream);
   if (p.splits > 1) detail::launch_decode_merge(p, dtype, head_dim, with_output, programmatic_launches(), stream);
 }

@@ -31,8 +31,8 @@ template <int kHeadDim, DecodeMode kMode>
 struct DecodeConfig {
   static constexpr bool kReadValues = kMode == DecodeMode::Attend || kMode == DecodeMode::AttendAndScores;
   static constexpr bool kSketch = kMode == DecodeMode::SketchScores;
-  // A sketched chunk lands beside the key tile (its codes, then the block's
-  // lo and step) and is widened into the tile before the product.
+  // A sketched chunk lands beside the key tile: its codes, then (a block's
+  // first chunk) the block's lo and step; SketchScorer reads them from there.
   static constexpr int kCodeBytes = kChunkKeys * kHeadDim / 2;
   static constexpr int kStagingBytes = kSketch ? kCodeBytes + 2 * kHeadDim * 2 : 0;
   // Warps per block. Passes that read V use two, so that four blocks fit a
@@ -69,42 +69,135 @@ __device__ __forceinline__ void write_score_bounds(const DecodeParams& p, const 
   bounds[1] = row_max;
 }
 
-// Eight sketched channels c..c+7 (key_sketch.h: nibble k of `packed` is
-// channel c + k) as the tile's element type: lo + code * step. fp16 widens in
-// half2 arithmetic, one fused multiply-add a pair: masking nibbles k and k + 4
-// into the mantissas of 1024.0 gives the codes as exact halves after
-// subtracting 1024. bf16 goes through fp32.
-template <typename T>
-__device__ __forceinline__ uint4 widen_sketch(uint32_t packed, const __half* lo, const __half* step) {
-  if constexpr (std::is_same_v<T, __half>) {
-    const uint4 lo8 = *reinterpret_cast<const uint4*>(lo), step8 = *reinterpret_cast<const uint4*>(step);
-    uint32_t q[4];  // q[k]: halves 1024 + code of channels c + k (low) and c + 4 + k (high)
-#pragma unroll
-    for (int k = 0; k < 4; ++k) q[k] = ((packed >> (4 * k)) & 0x000f000fu) | 0x64006400u;
-    const uint32_t pairs[4] = {__byte_perm(q[0], q[1], 0x5410), __byte_perm(q[2], q[3], 0x5410),
-                               __byte_perm(q[0], q[1], 0x7632), __byte_perm(q[2], q[3], 0x7632)};
-    const uint32_t lo_pairs[4] = {lo8.x, lo8.y, lo8.z, lo8.w}, step_pairs[4] = {step8.x, step8.y, step8.z, step8.w};
-    const __half2 offset = __half2half2(__ushort_as_half(0x6400));  // 1024
-    uint32_t out[4];
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const __half2 code = __hsub2(*reinterpret_cast<const __half2*>(&pairs[m]), offset);
-      const __half2 key = __hfma2(code, *reinterpret_cast<const __half2*>(&step_pairs[m]),
-                                  *reinterpret_cast<const __half2*>(&lo_pairs[m]));
-      out[m] = *reinterpret_cast<const uint32_t*>(&key);
-    }
-    return make_uint4(out[0], out[1], out[2], out[3]);
-  } else {
-    uint32_t out[4];
-#pragma unroll
-    for (int e = 0; e < 8; e += 2) {
-      const float v0 = __half2float(lo[e]) + float((packed >> (4 * e)) & 15u) * __half2float(step[e]);
-      const float v1 = __half2float(lo[e + 1]) + float((packed >> (4 * e + 4)) & 15u) * __half2float(step[e + 1]);
-      out[e / 2] = ElementTraits<T>::pack2(v0, v1);
-    }
-    return make_uint4(out[0], out[1], out[2], out[3]);
-  }
+// The 16-bit pairs (e_k, e_k+4), k = 0..3, of eight 16-bit elements e0..e7.
+__device__ __forceinline__ void interleave_pairs(uint4 v, uint32_t pairs[4]) {
+  pairs[0] = __byte_perm(v.x, v.z, 0x5410);
+  pairs[1] = __byte_perm(v.x, v.z, 0x7632);
+  pairs[2] = __byte_perm(v.y, v.w, 0x5410);
+  pairs[3] = __byte_perm(v.y, v.w, 0x7632);
 }
+
+// Scores from the 4-bit key sketch on the tensor cores, without widening keys
+// in shared memory. key_sketch.h's key is lo + code * step per channel, so
+// q.k = q.lo + (q * step).code: per 64-key block a warp folds the block's
+// step into its query fragments and computes q.lo once; per chunk each lane
+// turns its code words into B fragments by masking nibbles into the mantissa
+// of an offset (1024 in fp16, 128 in bf16: exact halves offset + code), which
+// the block's bias takes off again. A dot product takes any channel order that
+// query and key share: lane t of a quad holds channels [t, t + 1) * kHeadDim / 4
+// of its key, the kHeadDim / 8 code bytes it loads in one piece. In k-step
+// 2w + h its B pairs are the word w's nibbles (2h, 2h + 4) and (2h + 1, 2h + 5),
+// so its A pairs are the query's channels c, c + 4 and c + 1, c + 5 from
+// c = 8 * (t * kWords + w) + 2h.
+template <typename T, int kHeadDim>
+struct SketchScorer {
+  static constexpr int kWords = kHeadDim / 32;  // code words (8 channels) of a lane per key
+  static constexpr int kSteps = kHeadDim / 16;
+  static constexpr bool kHalf = std::is_same_v<T, __half>;
+  static constexpr uint32_t kOffsetBits = kHalf ? 0x64006400u : 0x43004300u;  // offset, offset
+  static constexpr uint32_t kMinusOffsetBits = kOffsetBits | 0x80008000u;
+
+  uint32_t query[kSteps][4];     // A fragments of the query rows, in the lane's channel order
+  uint32_t weighted[kSteps][4];  // the same times the block's step
+  float bias[2];                 // rows lane / 4 and + 8: q.lo - offset * sum(q * step)
+
+  // The query's A fragments from its swizzled tile (16 rows, zero-padded).
+  __device__ __forceinline__ void load_query(const unsigned char* tile, int lane) {
+    const int row = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+      uint32_t top[4], bottom[4];
+      const int chunk = t * kWords + w;
+      interleave_pairs(*reinterpret_cast<const uint4*>(tile + SwizzledTile<kHeadDim>::offset(row, chunk)), top);
+      interleave_pairs(*reinterpret_cast<const uint4*>(tile + SwizzledTile<kHeadDim>::offset(row + 8, chunk)), bottom);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t* a = query[2 * w + h];
+        a[0] = top[2 * h];
+        a[1] = bottom[2 * h];
+        a[2] = top[2 * h + 1];
+        a[3] = bottom[2 * h + 1];
+      }
+    }
+  }
+
+  // A block's lo and step (fp16, kHeadDim each, as staged): the weighted
+  // fragments and the bias.
+  __device__ __forceinline__ void fold_block(const __half* params, int lane) {
+    const int t = lane & 3;
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+      uint32_t lo[4], step[4];
+      interleave_pairs(*reinterpret_cast<const uint4*>(params + 8 * (t * kWords + w)), lo);
+      interleave_pairs(*reinterpret_cast<const uint4*>(params + kHeadDim + 8 * (t * kWords + w)), step);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int k = 2 * w + h;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) weighted[k][r] = multiply(query[k][r], step[2 * h + r / 2]);
+        mma_16816<T>(d, query[k], as_element(lo[2 * h]), as_element(lo[2 * h + 1]));
+        mma_16816<T>(d, weighted[k], kMinusOffsetBits, kMinusOffsetBits);
+      }
+    }
+    bias[0] = d[0];
+    bias[1] = d[2];
+  }
+
+  // Scores of the 16 keys of a staged chunk of codes (rows of kHeadDim / 2
+  // bytes): s[j] as an m16n8 accumulator of keys 8j .. 8j + 7.
+  __device__ __forceinline__ void score_chunk(const unsigned char* codes, int lane, float s[2][4]) const {
+    const int t = lane & 3;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      uint32_t words[kWords];
+      const unsigned char* row = codes + (8 * j + (lane >> 2)) * (kHeadDim / 2) + t * kWords * 4;
+      if constexpr (kWords % 4 == 0) {
+#pragma unroll
+        for (int w = 0; w < kWords; w += 4) {
+          const uint4 four = *reinterpret_cast<const uint4*>(row + 4 * w);
+          words[w] = four.x, words[w + 1] = four.y, words[w + 2] = four.z, words[w + 3] = four.w;
+        }
+      } else {
+#pragma unroll
+        for (int w = 0; w < kWords; w += 2) {
+          const uint2 two = *reinterpret_cast<const uint2*>(row + 4 * w);
+          words[w] = two.x, words[w + 1] = two.y;
+        }
+      }
+      s[j][0] = s[j][1] = bias[0];
+      s[j][2] = s[j][3] = bias[1];
+#pragma unroll
+      for (int w = 0; w < kWords; ++w)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          mma_16816<T>(s[j], weighted[2 * w + h], ((words[w] >> (8 * h)) & 0x000f000fu) | kOffsetBits,
+                       ((words[w] >> (8 * h + 4)) & 0x000f000fu) | kOffsetBits);
+    }
+  }
+
+ private:
+  // a * b per 16-bit element; b holds fp16 (the sketch's step).
+  static __device__ __forceinline__ uint32_t multiply(uint32_t a, uint32_t b) {
+    const __half2 step = *reinterpret_cast<const __half2*>(&b);
+    if constexpr (kHalf) {
+      const __half2 product = __hmul2(*reinterpret_cast<const __half2*>(&a), step);
+      return *reinterpret_cast<const uint32_t*>(&product);
+    } else {
+      const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a)), y = __half22float2(step);
+      return ElementTraits<T>::pack2(x.x * y.x, x.y * y.y);
+    }
+  }
+  // An fp16 pair (the sketch's lo) as a pair of T.
+  static __device__ __forceinline__ uint32_t as_element(uint32_t pair) {
+    if constexpr (kHalf) {
+      return pair;
+    } else {
+      const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&pair));
+      return ElementTraits<T>::pack2(x.x, x.y);
+    }
+  }
+};
 
 template <typename T, int kHeadDim, DecodeMode kMode, bool kSparse>
 __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
@@ -137,13 +230,27 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
 
   const int n_keys = kSparse ? p.counts[b] : p.seq_lens[b];
   // Keys below this come from the sketch (key_sketch.h: the block of the
-  // newest key stays exact); chunks never straddle it (blocks hold 4 chunks).
+  // newest key stays exact). Sketch passes split at block bounds and give a
+  // warp whole blocks, four chunks in a row (chunk_start), so that a block's
+  // lo/step are staged and folded into the query once.
   const int sketched_end = Config::kSketch && n_keys > 0 ? (n_keys - 1) / kSketchBlock * kSketchBlock : 0;
-  const int per_split = ((n_keys + p.splits - 1) / p.splits + kChunkKeys - 1) / kChunkKeys * kChunkKeys;
+  constexpr int kSplitUnit = Config::kSketch ? kSketchBlock : kChunkKeys;
+  const int per_split = ((n_keys + p.splits - 1) / p.splits + kSplitUnit - 1) / kSplitUnit * kSplitUnit;
   const int begin = split * per_split;
   const int end = min(n_keys, begin + per_split);
   const int n_chunks = begin < end ? (end - begin + kChunkKeys - 1) / kChunkKeys : 0;
-  const int my_chunks = n_chunks > warp ? (n_chunks - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
+  constexpr int kChunksPerBlock = kSketchBlock / kChunkKeys;
+  int my_chunks = n_chunks > warp ? (n_chunks - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
+  if constexpr (Config::kSketch) {
+    const int n_blocks = (n_chunks + kChunksPerBlock - 1) / kChunksPerBlock;  // chunks past `end` score nothing
+    my_chunks = n_blocks > warp ? kChunksPerBlock * ((n_blocks - warp + kDecodeWarps - 1) / kDecodeWarps) : 0;
+  }
+  // The first key of this warp's i-th chunk.
+  auto chunk_start = [&](int i) {
+    if constexpr (Config::kSketch)
+      return begin + (((i / kChunksPerBlock) * kDecodeWarps + warp) * kChunksPerBlock + i % kChunksPerBlock) * kChunkKeys;
+    return begin + (warp + kDecodeWarps * i) * kChunkKeys;
+  };
 
   // Element offset of the cache row of `position` (paged: through the page table).
   const int64_t kv_offset = (int64_t(b) * p.n_kv_heads + kv_head) * p.kv_head_stride;
@@ -203,7 +310,7 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
   // order); always commits a group so that the wait counts stay uniform.
   auto issue = [&](int i) {
     if (i < my_chunks) {
-      const int key0 = begin + (warp + kDecodeWarps * i) * kChunkKeys;
+      const int key0 = chunk_start(i);
       unsigned char* stage = warp_pipeline + (i % Config::kStages) * Config::kStageBytes;
       const uint32_t key_tile = shared_address(stage);
       const uint32_t value_tile = key_tile + Config::kTileBytes;
@@ -213,12 +320,14 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
         next_positions = load_positions(i + 1);
       }
       if (Config::kSketch && key0 < sketched_end) {
-        // Codes of the 16 keys (16-byte pieces of rows), then lo and step.
+        // Codes of the 16 keys (16-byte pieces of rows), then, with a block's
+        // first chunk, its lo and step.
         const uint32_t staging = key_tile + Config::kTileBytes;
         int64_t codes = 0, params = 0;
         sketch_offsets(key0, codes, params);
         constexpr int kCodePieces = Config::kCodeBytes / 16, kParamPieces = 2 * kHeadDim * 2 / 16;
-        for (int piece = lane; piece < kCodePieces + kParamPieces; piece += 32) {
+        const int pieces = kCodePieces + (i % kChunksPerBlock == 0 ? kParamPieces : 0);
+        for (int piece = lane; piece < pieces; piece += 32) {
           if (piece < kCodePieces)
             cp_async_16(staging + piece * 16, p.sketch_codes + codes + piece * 16, true);
           else
@@ -252,6 +361,8 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
 
   const uint32_t query_address = shared_address(query_tile);
   const int quad_row = lane >> 2, quad_col = lane & 3;
+  SketchScorer<T, kHeadDim> sketch;
+  if constexpr (Config::kSketch) sketch.load_query(query_tile, lane);
 
 #pragma unroll
   for (int i = 0; i < Config::kStages - 1; ++i) issue(i);
@@ -262,30 +373,21 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
     const unsigned char* stage = warp_pipeline + (i % Config::kStages) * Config::kStageBytes;
     const uint32_t key_tile = shared_address(stage);
     const uint32_t value_tile = key_tile + Config::kTileBytes;
-    const int key0 = begin + (warp + kDecodeWarps * i) * kChunkKeys;
-    if (Config::kSketch && key0 < sketched_end) {
-      // Widen the staged codes into the key tile: lo + code * step per
-      // channel, 8 channels (one 16-byte tile chunk) per item.
-      const unsigned char* codes = stage + Config::kTileBytes;
-      const __half* params = reinterpret_cast<const __half*>(codes + Config::kCodeBytes);
-      unsigned char* tile = const_cast<unsigned char*>(stage);
-      for (int item = lane; item < kChunkKeys * kChunks; item += 32) {
-        const int row = item / kChunks, chunk = item % kChunks;
-        const uint32_t packed = *reinterpret_cast<const uint32_t*>(codes + row * (kHeadDim / 2) + chunk * 4);
-        *reinterpret_cast<uint4*>(tile + Tile::offset(row, chunk)) =
-            widen_sketch<T>(packed, params + chunk * 8, params + kHeadDim + chunk * 8);
-      }
-      __syncwarp();
-    }
-
+    const int key0 = chunk_start(i);
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    if (Config::kSketch && key0 < sketched_end) {
+      const unsigned char* codes = stage + Config::kTileBytes;
+      if (i % kChunksPerBlock == 0) sketch.fold_block(reinterpret_cast<const __half*>(codes + Config::kCodeBytes), lane);
+      sketch.score_chunk(codes, lane, s);
+    } else {
 #pragma unroll
-    for (int k_step = 0; k_step < kHeadDim / 16; ++k_step) {
-      uint32_t a[4], bk[4];
-      load_a_fragment<kHeadDim>(query_address, 0, k_step, lane, a);
-      load_key_fragments<kHeadDim>(key_tile, 0, k_step, lane, bk);
-      mma_16816<T>(s[0], a, bk[0], bk[1]);
-      mma_16816<T>(s[1], a, bk[2], bk[3]);
+      for (int k_step = 0; k_step < kHeadDim / 16; ++k_step) {
+        uint32_t a[4], bk[4];
+        load_a_fragment<kHeadDim>(query_address, 0, k_step, lane, a);
+        load_key_fragments<kHeadDim>(key_tile, 0, k_step, lane, bk);
+        mma_16816<T>(s[0], a, bk[0], bk[1]);
+        mma_16816<T>(s[1], a, bk[2], bk[3]);
+      }
     }
 #pragma unroll
     for (int j = 0; j < 2; ++j)

@@ -521,8 +521,9 @@ void test_decode_sketch(const Problem& p, const kc::Budget& budget) {
   rule.percent = budget.percent;
   rule.min_k = budget.min_keys;
   SelectionMeter selection;
-  // The GPU widens sketched keys to the element type for its tensor cores
-  // (fp16: 2^-11, bf16: 2^-8 of each key), which moves scores by about that.
+  // The GPU rounds the weights q_c * step_c (and, bf16, lo) to the element
+  // type for its tensor cores (fp16: 2^-11, bf16: 2^-8 of each term), which
+  // moves scores by about that.
   selection.tie_tolerance = p.bf16 ? 1e-2f : 2e-3f;
   ErrorMeter meter;
   for (int b = 0; b < p.batch(); ++b)
