@@ -29,26 +29,20 @@
 
 namespace kascade::gpu {
 
-// Kascade's decode steps with fewer keys attend densely on the GPU engine:
-// with every layer selecting, the score, select and attend kernels of each
-// layer cost more than the bytes they save. Measured on the H200
-// (docs/gpu_engine.md, "Break-even"): slower than dense at every context up
-// to 30K on Qwen2.5-Coder-1.5B (0.67-0.78x at batch 1, 0.88-0.93x at 16); on
-// the 8B ahead only from 32K at batch 16. AttentionOptions::sparse_from
-// overrides it.
-inline constexpr int64_t kGpuSparseFrom = 32768;
-
-// ... and only in a step whose sequences' keys, times the width of a layer's
-// keys (KV heads x head_dim), reach this many elements: a selecting layer's
-// chain of kernels has a fixed cost that few keys do not repay, and what the
-// keys repay grows with the bytes a dense layer reads. Measured on the H100
-// with every layer selecting (docs/gpu_engine.md, "The step rule measured"),
-// synthetic 8B Q4_K (8 x 128 wide), ratio to dense: 32K x 1 0.89x, x 2 1.03x,
-// x 4 1.15x, x 8 1.33x; 64K x 1 0.96x, x 2 1.15x; 131K x 1 1.07x, x 2 1.31x.
-// So 96K of the 8B's keys (break-even at batch 1 lies near 82K); the 1.5B's
-// 2 x 128 need 384K (at 30K x 16, 480K, it measured 1.16x). Not applied when
-// AttentionOptions::sparse_from is set.
-inline constexpr int64_t kGpuSparseStepKeyElements = int64_t(96) * 1024 * 1024;
+// Kascade's decode steps attend densely on the GPU engine unless they read
+// enough keys for selection to pay: a selecting layer's chain of kernels
+// (score, select, attend) has a fixed cost that few keys do not repay, and
+// what the keys repay grows with the bytes a dense layer reads. So a step
+// selects when its longest sequence has kGpuSparseFrom keys and its
+// sequences' keys, times the width of a layer's keys (KV heads x head_dim),
+// reach kGpuSparseStepKeyElements. Measured on the H100 (docs/gpu_engine.md,
+// "The step rule measured"), synthetic Q4_K models, every layer selecting vs
+// dense: 8B (8 x 128) 32K x 1 0.91x, x 2 1.08x; 64K x 1 1.03x; 16K x 4 1.09x;
+// 8K x 4 1.01x, x 8 1.13x; 1.5B (2 x 128) 8K x 16 1.01x, x 32 1.11x; 16K x 16
+// 1.10x; 30K x 1 0.70x. Shorter sequences are unmeasured. Neither applies
+// when AttentionOptions::sparse_from is set: it decides alone.
+inline constexpr int64_t kGpuSparseFrom = 8192;
+inline constexpr int64_t kGpuSparseStepKeyElements = int64_t(64) * 1024 * 1024;  // 64K keys of 8 x 128
 
 // The keys a step needs together to select: kGpuSparseStepKeyElements over
 // the width of a layer's keys, rounded up.

@@ -340,8 +340,7 @@ TEST(GpuMatrixHost, PackingKeepsTheValues) {
 
 // Where the GPU's default Kascade selects at decode: from kGpuSparseFrom keys
 // in the longest sequence and sparse_step_keys in the step, at the measured
-// points of kGpuSparseStepKeyElements' comment; a sparse_from the user sets
-// alone decides.
+// points of kGpuSparseFrom's comment; a sparse_from the user sets alone decides.
 TEST(GpuDecodeRule, SelectsWhereTheStepsKeysRepayTheChain) {
   AttentionOptions set_by_user;
   set_by_user.method = Method::Kascade;
@@ -353,20 +352,21 @@ TEST(GpuDecodeRule, SelectsWhereTheStepsKeysRepayTheChain) {
     return gpu::sparse_decode_step(plan, context, context * batch, gpu::sparse_step_keys(shape.n_kv_heads, shape.head_dim));
   };
   const Shape llama8b{32, 32, 8, 128}, qwen15b{28, 12, 2, 128};
-  EXPECT_EQ(gpu::sparse_step_keys(8, 128), 98304);
-  EXPECT_EQ(gpu::sparse_step_keys(2, 128), 393216);
-  EXPECT_EQ(gpu::sparse_step_keys(3, 100), 335545);  // rounded up
-  EXPECT_FALSE(sparse(llama8b, 32768, 1));   // 0.89x dense when selecting
-  EXPECT_FALSE(sparse(llama8b, 32768, 2));   // 1.03x
-  EXPECT_TRUE(sparse(llama8b, 32768, 4));    // 1.15x
-  EXPECT_TRUE(sparse(llama8b, 32768, 8));    // 1.33x
-  EXPECT_FALSE(sparse(llama8b, 65536, 1));   // 0.96x
-  EXPECT_TRUE(sparse(llama8b, 65536, 2));    // 1.15x
-  EXPECT_TRUE(sparse(llama8b, 131000, 1));   // 1.07x
-  EXPECT_FALSE(sparse(llama8b, 8192, 16));   // below 32K a sequence
-  EXPECT_FALSE(sparse(qwen15b, 30000, 16));  // below 32K a sequence
-  EXPECT_FALSE(sparse(qwen15b, 32768, 8));   // 256K keys of 2 x 128
-  EXPECT_TRUE(sparse(qwen15b, 32768, 12));
+  EXPECT_EQ(gpu::sparse_step_keys(8, 128), 65536);
+  EXPECT_EQ(gpu::sparse_step_keys(2, 128), 262144);
+  EXPECT_EQ(gpu::sparse_step_keys(3, 100), 223697);  // rounded up
+  EXPECT_FALSE(sparse(llama8b, 32768, 1));  // 0.91x dense when selecting
+  EXPECT_TRUE(sparse(llama8b, 32768, 2));   // 1.08x
+  EXPECT_TRUE(sparse(llama8b, 65536, 1));   // 1.03x
+  EXPECT_TRUE(sparse(llama8b, 16384, 4));   // 1.09x
+  EXPECT_FALSE(sparse(llama8b, 8192, 4));   // 1.01x
+  EXPECT_TRUE(sparse(llama8b, 8192, 8));    // 1.13x
+  EXPECT_FALSE(sparse(llama8b, 4096, 64));  // below kGpuSparseFrom a sequence: unmeasured
+  EXPECT_FALSE(sparse(qwen15b, 30000, 1));  // 0.70x
+  EXPECT_FALSE(sparse(qwen15b, 8192, 16));  // 1.01x
+  EXPECT_TRUE(sparse(qwen15b, 8192, 32));   // 1.11x
+  EXPECT_TRUE(sparse(qwen15b, 16384, 16));  // 1.10x
+  EXPECT_TRUE(sparse(qwen15b, 30000, 16));  // 1.24x
   const Plan from0(engine::with_engine_defaults(set_by_user, gpu::kGpuSparseFrom, gpu::kGpuScoring), llama8b);
   EXPECT_TRUE(gpu::sparse_decode_step(from0, 1024, 1, 0));
   EXPECT_FALSE(gpu::sparse_decode_step(Plan(AttentionOptions{}, llama8b), 1 << 20, 1 << 24, 0));  // dense attention
