@@ -31,10 +31,10 @@ template <int kHeadDim, DecodeMode kMode>
 struct DecodeConfig {
   static constexpr bool kReadValues = kMode == DecodeMode::Attend || kMode == DecodeMode::AttendAndScores;
   static constexpr bool kSketch = kMode == DecodeMode::SketchScores;
-  // A sketched chunk lands beside the key tile: its codes, then (a block's
-  // first chunk) the block's lo and step; SketchScorer reads them from there.
+  // A sketched chunk lands where the key tile would: its codes, then (a
+  // block's first chunk) the block's lo and step; SketchScorer reads them
+  // from there. Sharing the tile's space keeps four blocks a multiprocessor.
   static constexpr int kCodeBytes = kChunkKeys * kHeadDim / 2;
-  static constexpr int kStagingBytes = kSketch ? kCodeBytes + 2 * kHeadDim * 2 : 0;
   // Warps per block. Passes that read V use two, so that four blocks fit a
   // multiprocessor and batch 64 x 8 KV heads runs in one wave (four-warp
   // blocks fit two per multiprocessor: two waves, each paying a block's
@@ -43,7 +43,8 @@ struct DecodeConfig {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kStages = kHeadDim <= 128 ? 3 : 2;
   static constexpr int kTileBytes = kChunkKeys * kHeadDim * 2;
-  static constexpr int kStageBytes = kTileBytes * (kReadValues ? 2 : 1) + kStagingBytes;
+  static constexpr int kStageBytes = kTileBytes * (kReadValues ? 2 : 1);
+  static_assert(kCodeBytes + 2 * kHeadDim * 2 <= kTileBytes, "a sketched chunk fits the key tile");
   static constexpr int kQueryBytes = kRowsPerBlock * kHeadDim * 2;
   static constexpr int kPipelineBytes = kWarps * kStages * kStageBytes;
   // The end-of-block merge reuses the pipeline buffers for per-warp outputs.
@@ -125,7 +126,7 @@ struct SketchScorer {
   // fragments and the bias.
   __device__ __forceinline__ void fold_block(const __half* params, int lane) {
     const int t = lane & 3;
-    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    float d[4] = {0.f, 0.f, 0.f, 0.f}, offset[4] = {0.f, 0.f, 0.f, 0.f};  // q.lo; -offset * sum(q * step)
 #pragma unroll
     for (int w = 0; w < kWords; ++w) {
       uint32_t lo[4], step[4];
@@ -137,43 +138,46 @@ struct SketchScorer {
 #pragma unroll
         for (int r = 0; r < 4; ++r) weighted[k][r] = multiply(query[k][r], step[2 * h + r / 2]);
         mma_16816<T>(d, query[k], as_element(lo[2 * h]), as_element(lo[2 * h + 1]));
-        mma_16816<T>(d, weighted[k], kMinusOffsetBits, kMinusOffsetBits);
+        mma_16816<T>(offset, weighted[k], kMinusOffsetBits, kMinusOffsetBits);
       }
     }
-    bias[0] = d[0];
-    bias[1] = d[2];
+    bias[0] = d[0] + offset[0];
+    bias[1] = d[2] + offset[2];
   }
 
   // Scores of the 16 keys of a staged chunk of codes (rows of kHeadDim / 2
-  // bytes): s[j] as an m16n8 accumulator of keys 8j .. 8j + 7.
+  // bytes): s[j] as an m16n8 accumulator of keys 8j .. 8j + 7. The two
+  // accumulators take turns, so that no product waits on the one before.
   __device__ __forceinline__ void score_chunk(const unsigned char* codes, int lane, float s[2][4]) const {
     const int t = lane & 3;
+    uint32_t words[2][kWords];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      uint32_t words[kWords];
       const unsigned char* row = codes + (8 * j + (lane >> 2)) * (kHeadDim / 2) + t * kWords * 4;
       if constexpr (kWords % 4 == 0) {
 #pragma unroll
         for (int w = 0; w < kWords; w += 4) {
           const uint4 four = *reinterpret_cast<const uint4*>(row + 4 * w);
-          words[w] = four.x, words[w + 1] = four.y, words[w + 2] = four.z, words[w + 3] = four.w;
+          words[j][w] = four.x, words[j][w + 1] = four.y, words[j][w + 2] = four.z, words[j][w + 3] = four.w;
         }
       } else {
 #pragma unroll
         for (int w = 0; w < kWords; w += 2) {
           const uint2 two = *reinterpret_cast<const uint2*>(row + 4 * w);
-          words[w] = two.x, words[w + 1] = two.y;
+          words[j][w] = two.x, words[j][w + 1] = two.y;
         }
       }
       s[j][0] = s[j][1] = bias[0];
       s[j][2] = s[j][3] = bias[1];
-#pragma unroll
-      for (int w = 0; w < kWords; ++w)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          mma_16816<T>(s[j], weighted[2 * w + h], ((words[w] >> (8 * h)) & 0x000f000fu) | kOffsetBits,
-                       ((words[w] >> (8 * h + 4)) & 0x000f000fu) | kOffsetBits);
     }
+#pragma unroll
+    for (int w = 0; w < kWords; ++w)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          mma_16816<T>(s[j], weighted[2 * w + h], ((words[j][w] >> (8 * h)) & 0x000f000fu) | kOffsetBits,
+                       ((words[j][w] >> (8 * h + 4)) & 0x000f000fu) | kOffsetBits);
   }
 
  private:
@@ -322,7 +326,7 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
       if (Config::kSketch && key0 < sketched_end) {
         // Codes of the 16 keys (16-byte pieces of rows), then, with a block's
         // first chunk, its lo and step.
-        const uint32_t staging = key_tile + Config::kTileBytes;
+        const uint32_t staging = key_tile;
         int64_t codes = 0, params = 0;
         sketch_offsets(key0, codes, params);
         constexpr int kCodePieces = Config::kCodeBytes / 16, kParamPieces = 2 * kHeadDim * 2 / 16;
@@ -376,7 +380,7 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
     const int key0 = chunk_start(i);
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
     if (Config::kSketch && key0 < sketched_end) {
-      const unsigned char* codes = stage + Config::kTileBytes;
+      const unsigned char* codes = stage;
       if (i % kChunksPerBlock == 0) sketch.fold_block(reinterpret_cast<const __half*>(codes + Config::kCodeBytes), lane);
       sketch.score_chunk(codes, lane, s);
     } else {
