@@ -142,8 +142,10 @@ class CudaBackend final : public engine::Backend {
   void limit_kv_tokens(int64_t tokens) override { pool_->limit(tokens / options_.page_size); }
   int64_t prefill_alignment(const BackendSequence& sequence) const override;
   int64_t min_prefill_chunk() const override { return options_.prefill_chunk; }
+  // Sequences of one plan and one step rule share a decode step.
   std::string decode_group(const BackendSequence& sequence) const override {
-    return static_cast<const CudaSequence&>(sequence).plan_.key();
+    const auto& seq = static_cast<const CudaSequence&>(sequence);
+    return fmt::format("{} step_keys={}", seq.plan_.key(), seq.step_keys_from_);
   }
   int64_t max_decode_batch() const override { return options_.max_batch; }
   std::string memory_report() const override {
@@ -742,7 +744,7 @@ void CudaBackend::decode(std::span<BackendSequence* const> sequences, std::span<
     const CudaSequence& seq = on_gpu(*s);
     if (seq.position_ < 1) fail("decode needs a prefilled sequence");
     if (seq.position_ >= seq.capacity_) fail("sequence is full ({} positions)", seq.capacity_);
-    if (seq.plan_.key() != first.plan_.key())
+    if (decode_group(seq) != decode_group(first))
       fail("sequences batched in one decode step must share their attention settings");
     stride = std::max<int64_t>(stride, int64_t(seq.pages_.size()));
     max_len = std::max(max_len, seq.position_ + 1);

@@ -737,6 +737,21 @@ TEST_F(GpuEngine, RefusesWhatItDoesNotRun) {
   const std::vector<int32_t> prompt = random_tokens(50, gpu->config().vocab_size, 9);
   gpu->prefill(*seq, prompt, {}, 512);
   EXPECT_THROW(gpu->prefill(*seq, prompt, {}, 512), Error);
+  // One decode step runs one attention setting: not dense beside Kascade, nor
+  // the default's step rule beside a sparse_from the user set to its value.
+  AttentionOptions set_from = kascade;
+  set_from.sparse_from = gpu::kGpuSparseFrom;
+  const std::vector<int32_t> tokens{1, 1};
+  std::vector<float> logits(2 * size_t(gpu->config().vocab_size));
+  for (const AttentionOptions& other : {dense(), set_from}) {
+    auto first = gpu->new_sequence({100, kascade, attention::KvType::F16});
+    auto second = gpu->new_sequence({100, other, attention::KvType::F16});
+    gpu->prefill(*first, prompt, {}, 512);
+    gpu->prefill(*second, prompt, {}, 512);
+    EXPECT_NE(gpu->decode_group(*first), gpu->decode_group(*second));  // the scheduler keeps them apart
+    engine::BackendSequence* both[] = {first.get(), second.get()};
+    EXPECT_THROW(gpu->decode(both, tokens, logits.data()), Error) << method_name(other.method);
+  }
 }
 
 // A prompt prefilled in chunks (as the scheduler sends a long one) gives the
