@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <map>
 #include <numeric>
 #include <span>
@@ -372,7 +373,7 @@ std::unique_ptr<BackendSequence> CudaBackend::new_sequence(const engine::Sequenc
   }
   const int64_t n_pages = (options.capacity + options_.page_size - 1) / options_.page_size;
   const int64_t step_keys_from =
-      options.attention.sparse_from ? 0 : sparse_step_keys(config_.n_kv_heads, config_.head_dim);
+      options.attention.sparse_from ? 0 : sparse_step_keys(config_.n_kv_heads, config_.head_dim, device_.memory_bandwidth);
   return std::make_unique<CudaSequence>(*this, pool_->take(n_pages), options.capacity, std::move(plan), step_keys_from,
                                         head_maps);
 }
@@ -791,9 +792,11 @@ void CudaBackend::decode(std::span<BackendSequence* const> sequences, std::span<
 
 }  // namespace
 
-int64_t sparse_step_keys(int64_t n_kv_heads, int64_t head_dim) {
+int64_t sparse_step_keys(int64_t n_kv_heads, int64_t head_dim, double memory_bandwidth) {
   const int64_t width = n_kv_heads * head_dim;
-  return (kGpuSparseStepKeyElements + width - 1) / width;
+  const double ratio = memory_bandwidth / kGpuSparseRuleBandwidth;
+  if (ratio <= 1.1) return (kGpuSparseStepKeyElements + width - 1) / width;
+  return int64_t(std::ceil(double(kGpuSparseStepKeyElements) * ratio / double(width)));
 }
 
 bool sparse_decode_step(const Plan& plan, int64_t longest, int64_t step_keys, int64_t step_keys_from) {

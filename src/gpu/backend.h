@@ -44,9 +44,20 @@ namespace kascade::gpu {
 inline constexpr int64_t kGpuSparseFrom = 8192;
 inline constexpr int64_t kGpuSparseStepKeyElements = int64_t(64) * 1024 * 1024;  // 64K keys of 8 x 128
 
-// The keys a step needs together to select: kGpuSparseStepKeyElements over
+// The memory bandwidth of the device the elements were measured on (the H100
+// SXM's HBM3 at its peak clock). The chain's cost is mostly not bandwidth
+// (its scoring pass issues instructions at half of DRAM's rate, its selection
+// and merges are latency), while a dense layer reads its keys in proportion
+// to the bandwidth: so a device with more bandwidth needs proportionally more
+// keys before selection pays. Such devices (more than 10 % above this) scale
+// the threshold by their bandwidth: extrapolated, not measured (the H200's
+// 4.8 TB/s asks for ~94K of the 8B's keys). Slower devices keep it.
+inline constexpr double kGpuSparseRuleBandwidth = 3.35e12;
+
+// The keys a step needs together to select: kGpuSparseStepKeyElements, scaled
+// for a device of `memory_bandwidth` bytes/s (0: unknown, not scaled), over
 // the width of a layer's keys, rounded up.
-int64_t sparse_step_keys(int64_t n_kv_heads, int64_t head_dim);
+int64_t sparse_step_keys(int64_t n_kv_heads, int64_t head_dim, double memory_bandwidth);
 
 // Whether a decode step selects keys: its longest sequence has reached the
 // plan's sparse_from and its keys together reach step_keys_from

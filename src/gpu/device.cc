@@ -38,6 +38,10 @@ DeviceInfo device_info() {
   info.sm_minor = prop.minor;
   info.multiprocessors = prop.multiProcessorCount;
   check(cudaMemGetInfo(&info.free_bytes, &info.total_bytes), "cudaMemGetInfo");
+  int clock_khz = 0, bus_bits = 0;
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0) == cudaSuccess &&
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0) == cudaSuccess)
+    info.memory_bandwidth = 2.0 * clock_khz * 1e3 * bus_bits / 8;  // two transfers a clock
   return info;
 }
 

@@ -20,6 +20,7 @@ struct DeviceInfo {
   int sm_major = 0, sm_minor = 0;
   int multiprocessors = 0;
   size_t free_bytes = 0, total_bytes = 0;
+  double memory_bandwidth = 0;  // bytes/s at the memory's peak clock (0: not reported)
 };
 DeviceInfo device_info();
 // True when a CUDA device can be used; otherwise `why` says why not.

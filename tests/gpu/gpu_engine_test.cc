@@ -340,21 +340,28 @@ TEST(GpuMatrixHost, PackingKeepsTheValues) {
 
 // Where the GPU's default Kascade selects at decode: from kGpuSparseFrom keys
 // in the longest sequence and sparse_step_keys in the step, at the measured
-// points of kGpuSparseFrom's comment; a sparse_from the user sets alone decides.
+// points of kGpuSparseFrom's comment (on the H100 they were measured on); a
+// device with more bandwidth needs more keys; a sparse_from the user sets
+// alone decides.
 TEST(GpuDecodeRule, SelectsWhereTheStepsKeysRepayTheChain) {
   AttentionOptions set_by_user;
   set_by_user.method = Method::Kascade;
   set_by_user.sparse_from = 0;
   AttentionOptions by_default = set_by_user;
   by_default.sparse_from.reset();
+  constexpr double kH100 = 2.0 * 2619e6 * 5120 / 8;  // its HBM3: 2619 MHz, 5120 bits, as the device reports them
   const auto sparse = [&](const Shape& shape, int64_t context, int64_t batch) {
     const Plan plan(engine::with_engine_defaults(by_default, gpu::kGpuSparseFrom, gpu::kGpuScoring), shape);
-    return gpu::sparse_decode_step(plan, context, context * batch, gpu::sparse_step_keys(shape.n_kv_heads, shape.head_dim));
+    const int64_t step_keys = gpu::sparse_step_keys(shape.n_kv_heads, shape.head_dim, kH100);
+    return gpu::sparse_decode_step(plan, context, context * batch, step_keys);
   };
   const Shape llama8b{32, 32, 8, 128}, qwen15b{28, 12, 2, 128};
-  EXPECT_EQ(gpu::sparse_step_keys(8, 128), 65536);
-  EXPECT_EQ(gpu::sparse_step_keys(2, 128), 262144);
-  EXPECT_EQ(gpu::sparse_step_keys(3, 100), 223697);  // rounded up
+  EXPECT_EQ(gpu::sparse_step_keys(8, 128, kH100), 65536);
+  EXPECT_EQ(gpu::sparse_step_keys(2, 128, kH100), 262144);
+  EXPECT_EQ(gpu::sparse_step_keys(3, 100, kH100), 223697);  // rounded up
+  EXPECT_EQ(gpu::sparse_step_keys(8, 128, 0), 65536);       // bandwidth not reported
+  EXPECT_EQ(gpu::sparse_step_keys(8, 128, 2.0e12), 65536);  // slower memory keeps the measured rule
+  EXPECT_EQ(gpu::sparse_step_keys(8, 128, 4.8e12), 93903);  // an H200: 64 Mi x 4.8 / 3.35
   EXPECT_FALSE(sparse(llama8b, 32768, 1));  // 0.91x dense when selecting
   EXPECT_TRUE(sparse(llama8b, 32768, 2));   // 1.08x
   EXPECT_TRUE(sparse(llama8b, 65536, 1));   // 1.03x
