@@ -88,5 +88,23 @@ TEST_F(CliGenerate, LogitsOutHoldsEachStepsLogits) {
   }
 }
 
+// A model without a calibration profile (the tiny one ships none): the
+// default Kascade, every layer selecting, reads no anchors and says nothing
+// of it; with --reuse the evenly spread anchors are a choice worth a line.
+TEST_F(CliGenerate, MissingProfileIsNamedOnlyWhereLayersReuse) {
+  const auto run = [&](std::vector<std::string> attention) {
+    std::vector<std::string> args = {"generate", "-m", kTinyQwen, "--raw", "-n", "2", "-p", "Some words to read"};
+    args.insert(args.end(), attention.begin(), attention.end());
+    return test_cli::run_kascade({.args = args, .dir = dir_});
+  };
+  const std::string warning = "no calibration profile for this model";
+  const test_cli::Outcome selecting = run({"--attention", "kascade"});
+  ASSERT_TRUE(selecting.exited && selecting.status == 0) << selecting.err;
+  EXPECT_EQ(selecting.err.find(warning), std::string::npos) << selecting.err;
+  const test_cli::Outcome reusing = run({"--attention", "kascade", "--reuse"});
+  ASSERT_TRUE(reusing.exited && reusing.status == 0) << reusing.err;
+  EXPECT_NE(reusing.err.find(warning), std::string::npos) << reusing.err;
+}
+
 }  // namespace
 }  // namespace kascade

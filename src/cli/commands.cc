@@ -145,9 +145,10 @@ void run_generate(const GenerateArgs& args) {
          kMaxLogitsBytes >> 20);
 
   AttentionOptions strategy_options = args.attention;
+  // Every layer selecting (the default) reads no anchors: no word of a missing profile then.
   if (strategy_options.kascade())
-    strategy_options.profile =
-        model::resolve_profile(args.profile, args.model, config, backend->file(), args.quiet);
+    strategy_options.profile = model::resolve_profile(args.profile, args.model, config, backend->file(),
+                                                      args.quiet || strategy_options.all_anchors);
   if (!args.profile.empty() && !strategy_options.kascade())
     fmt::print(stderr, "kascade: warning: --profile is read only by --attention kascade; ignored with --attention {}\n",
                method_name(strategy_options.method));

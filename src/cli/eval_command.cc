@@ -73,12 +73,14 @@ void run_eval_command(EvalArgs& args) {
   const std::unique_ptr<engine::Backend> backend = backends::make_backend(args.device, args.model);
   const tokenizer::Tokenizer tokenizer(backend->file());
   const eval::EvalPlan plan = eval::plan_eval(options, backend->config().context_length);
-  for (const eval::StrategySpec& spec : plan.strategies)
-    if (spec.options.kascade()) {
-      options.kascade_profile =
-          model::resolve_profile(args.profile, args.model, backend->config(), backend->file(), args.quiet);
-      break;
-    }
+  // Strategies with every layer selecting (the default) read no anchors: a
+  // missing profile is worth a word only when one reuses them.
+  const auto kascade = [](const eval::StrategySpec& spec) { return spec.options.kascade(); };
+  const auto reuses = [](const eval::StrategySpec& spec) { return spec.options.kascade() && !spec.options.all_anchors; };
+  if (std::any_of(plan.strategies.begin(), plan.strategies.end(), kascade))
+    options.kascade_profile =
+        model::resolve_profile(args.profile, args.model, backend->config(), backend->file(),
+                               args.quiet || std::none_of(plan.strategies.begin(), plan.strategies.end(), reuses));
 
   std::unique_ptr<ProgressBar> progress;
   eval::EvalCallbacks callbacks;
