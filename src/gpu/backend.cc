@@ -795,8 +795,8 @@ void CudaBackend::decode(std::span<BackendSequence* const> sequences, std::span<
 int64_t sparse_step_keys(int64_t n_kv_heads, int64_t head_dim, double memory_bandwidth) {
   const int64_t width = n_kv_heads * head_dim;
   const double ratio = memory_bandwidth / kGpuSparseRuleBandwidth;
-  if (ratio <= 1.1) return (kGpuSparseStepKeyElements + width - 1) / width;
-  return int64_t(std::ceil(double(kGpuSparseStepKeyElements) * ratio / double(width)));
+  const double scale = ratio > 1.1 ? ratio : 1.0;
+  return int64_t(std::ceil(double(kGpuSparseStepKeyElements) * scale / double(width)));
 }
 
 bool sparse_decode_step(const Plan& plan, int64_t longest, int64_t step_keys, int64_t step_keys_from) {
