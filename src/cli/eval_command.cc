@@ -75,9 +75,9 @@ void run_eval_command(EvalArgs& args) {
   const eval::EvalPlan plan = eval::plan_eval(options, backend->config().context_length);
   // Strategies with every layer selecting (the default) read no anchors: a
   // missing profile is worth a word only when one reuses them.
-  const auto kascade = [](const eval::StrategySpec& spec) { return spec.options.kascade(); };
+  const auto is_kascade = [](const eval::StrategySpec& spec) { return spec.options.kascade(); };
   const auto reuses = [](const eval::StrategySpec& spec) { return spec.options.kascade() && !spec.options.all_anchors; };
-  if (std::any_of(plan.strategies.begin(), plan.strategies.end(), kascade))
+  if (std::any_of(plan.strategies.begin(), plan.strategies.end(), is_kascade))
     options.kascade_profile =
         model::resolve_profile(args.profile, args.model, backend->config(), backend->file(),
                                args.quiet || std::none_of(plan.strategies.begin(), plan.strategies.end(), reuses));
