@@ -211,14 +211,15 @@ void carve_partials(Carver& carver, detail::DecodeParams& p, int head_dim) {
   p.partial_lse = carver.take<float>(int64_t(p.batch) * p.n_heads * p.splits);
 }
 
-// One attention pass over dense or selected keys, merged into the output.
+// One decode pass over dense or selected keys. An attending pass is merged
+// into the output; a score-only pass (exact or sketched) leaves its split
+// LSEs to the pooled selection, which folds them itself.
 // `dependent`: launch the pass as a programmatic dependent of the stream's previous kernel.
 void run_decode_pass(detail::DecodeParams p, DType dtype, int head_dim, detail::DecodeMode mode, bool dependent,
                      cudaStream_t stream) {
-  // Score-only passes (exact or sketched) leave no partial outputs to fold.
-  const bool with_output = mode == detail::DecodeMode::Attend || mode == detail::DecodeMode::AttendAndScores;
+  const bool attends = mode == detail::DecodeMode::Attend || mode == detail::DecodeMode::AttendAndScores;
   detail::launch_decode_attention(p, dtype, head_dim, mode, dependent, stream);
-  if (p.splits > 1) detail::launch_decode_merge(p, dtype, head_dim, with_output, programmatic_launches(), stream);
+  if (attends && p.splits > 1) detail::launch_decode_merge(p, dtype, head_dim, programmatic_launches(), stream);
 }
 
 // An attention pass of a standalone call (dense, or over p's index sets of
@@ -389,6 +390,7 @@ void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_o
   select.score_record = scoring.score_record;
   select.score_bounds = scoring.score_bounds;
   select.splits = scoring.splits;
+  select.partial_lse = scoring.splits > 1 ? scoring.partial_lse : nullptr;
   select.lse = scoring.lse;
   select.budget = budget;
   select.pooled = pooled;

@@ -217,11 +217,14 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
   float* states = reinterpret_cast<float*>(
       pipeline + (Config::kPipelineBytes > Config::kMergeBytes ? Config::kPipelineBytes : Config::kMergeBytes));
 
-  // The split merge may be launched now: its blocks wait for this grid to
-  // complete, but their launch and scheduling overlap it. This grid may itself
-  // be a programmatic dependent (the sparse pass, of the pooled selection):
-  // nothing is read before its prerequisite has completed.
-  asm volatile("griddepcontrol.launch_dependents;");
+  // An attending pass lets the split merge after it launch now: the merge's
+  // blocks wait for this grid to complete, but their launch and scheduling
+  // overlap it. A score pass does not: the pooled selection after it (large
+  // blocks), resident early, would take the slots of blocks of this grid,
+  // sized to fill the device in one wave; it launches as this grid's blocks exit.
+  // This grid may itself be a programmatic dependent (the sparse pass, of the
+  // pooled selection): nothing is read before its prerequisite has completed.
+  if constexpr (Config::kReadValues) asm volatile("griddepcontrol.launch_dependents;");
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -573,7 +576,7 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
 // finished and waits here until the pass has completed and its writes are visible.
 constexpr int kMergeThreads = 128;
 
-template <typename T, int kHeadDim, bool kWithOutput>
+template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeParams p) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   extern __shared__ float split_weights[];  // [splits]
@@ -610,19 +613,17 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
 #pragma unroll
   for (int w = 0; w < kMergeThreads / 32; ++w) total += warp_values[w];
   if (tid == 0 && p.lse) p.lse[head_row] = (SoftmaxState::finite_max(merge.max_lse) + __log2f(total)) * kLn2;
-  if constexpr (kWithOutput) {
-    const float* partials = p.partial_out + head_row * p.splits * kHeadDim;
-    for (int dim = tid; dim < kHeadDim; dim += kMergeThreads) {
-      float value[4] = {0.f, 0.f, 0.f, 0.f};
-      int s = 0;
-      for (; s + 4 <= p.splits; s += 4) {
+  const float* partials = p.partial_out + head_row * p.splits * kHeadDim;
+  for (int dim = tid; dim < kHeadDim; dim += kMergeThreads) {
+    float value[4] = {0.f, 0.f, 0.f, 0.f};
+    int s = 0;
+    for (; s + 4 <= p.splits; s += 4) {
 #pragma unroll
-        for (int u = 0; u < 4; ++u) value[u] += split_weights[s + u] * partials[(s + u) * kHeadDim + dim];
-      }
-      for (; s < p.splits; ++s) value[0] += split_weights[s] * partials[s * kHeadDim + dim];
-      const float sum = (value[0] + value[1]) + (value[2] + value[3]);
-      static_cast<T*>(p.output)[head_row * kHeadDim + dim] = ElementTraits<T>::from_float(sum / total);
+      for (int u = 0; u < 4; ++u) value[u] += split_weights[s + u] * partials[(s + u) * kHeadDim + dim];
     }
+    for (; s < p.splits; ++s) value[0] += split_weights[s] * partials[s * kHeadDim + dim];
+    const float sum = (value[0] + value[1]) + (value[2] + value[3]);
+    static_cast<T*>(p.output)[head_row * kHeadDim + dim] = ElementTraits<T>::from_float(sum / total);
   }
 }
 
@@ -659,8 +660,7 @@ struct PooledSelectShared {
   };
   unsigned int warp_totals[kPooledThreads / 32];
   ThresholdBin threshold;
-  uint32_t low_key;
-  int shift;
+  float row_low[kPrefillBlockRows], row_high[kPrefillBlockRows];  // per head of the group: 2^(min - lse), 2^(max - lse)
   unsigned int segment_above, segment_bin;  // this block's keys above / in the threshold bin
 };
 
@@ -810,39 +810,54 @@ __global__ void __launch_bounds__(kPooledThreads, 2) pooled_select_decode_kernel
   // bins[j - begin] is key j's bin.
   uint16_t* bins = p.shared_bins ? reinterpret_cast<uint16_t*>(group_lse2 + pooled_lse_slots(p.group))
                                  : reinterpret_cast<uint16_t*>(pooled) + begin;
-  constexpr float kLog2e = 1.4426950408889634f;
-  for (int r = tid; r < p.group; r += kPooledThreads) group_lse2[r] = p.lse[head_row0 + r] * kLog2e;
+  // Each warp folds its rows' splits: a row's LSE (from the split partials
+  // when the score pass left them: a merge kernel fewer) and the bounds of
+  // its scores. One warp looping over every row's few hundred splits was a
+  // fifth of the kernel at batch 1.
   for (int i = tid; i < kPooledBins; i += kPooledThreads) shared.fast.histogram[i] = 0;
-  if (tid < 32) {
-    float low = 0.f, high = 0.f;
-    for (int r = lane; r < p.group; r += 32) {
-      const float* bounds = p.score_bounds + (head_row0 + r) * p.splits * 2;
-      float smallest = INFINITY, largest = -INFINITY;
-      for (int split = 0; split < p.splits; ++split) {
-        smallest = fminf(smallest, bounds[2 * split]);
-        largest = fmaxf(largest, bounds[2 * split + 1]);
-      }
-      const float lse2 = p.lse[head_row0 + r] * kLog2e;
-      low += exp2_approx(smallest - lse2);
-      high += exp2_approx(largest - lse2);
+  for (int r = tid >> 5; r < p.group; r += kPooledThreads / 32) {
+    const float* bounds = p.score_bounds + (head_row0 + r) * p.splits * 2;
+    const float* split_lse = p.partial_lse ? p.partial_lse + (head_row0 + r) * p.splits : nullptr;
+    float smallest = INFINITY, largest = -INFINITY, max_lse = -INFINITY;
+    for (int split = lane; split < p.splits; split += 32) {
+      smallest = fminf(smallest, bounds[2 * split]);
+      largest = fmaxf(largest, bounds[2 * split + 1]);
+      if (split_lse) max_lse = fmaxf(max_lse, split_lse[split]);
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
-      low += __shfl_xor_sync(0xffffffffu, low, offset);
-      high += __shfl_xor_sync(0xffffffffu, high, offset);
+      smallest = fminf(smallest, __shfl_xor_sync(0xffffffffu, smallest, offset));
+      largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+      max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, offset));
+    }
+    float lse2;
+    if (split_lse) {
+      const PartialMerge merge{max_lse};
+      float total = 0.f;
+      for (int split = lane; split < p.splits; split += 32) total += merge.weight(split_lse[split]);
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_xor_sync(0xffffffffu, total, offset);
+      lse2 = SoftmaxState::finite_max(max_lse) + __log2f(total);
+    } else {
+      constexpr float kLog2e = 1.4426950408889634f;
+      lse2 = p.lse[head_row0 + r] * kLog2e;
     }
     if (lane == 0) {
-      const uint32_t low_key = float_order_key(low);
-      const uint32_t high_key = max(float_order_key(high), low_key);
-      int shift = 0;
-      while (((high_key - low_key) >> shift) >= uint32_t(kPooledBins)) ++shift;
-      shared.low_key = low_key;
-      shared.shift = shift;
+      group_lse2[r] = lse2;
+      shared.row_low[r] = exp2_approx(smallest - lse2);
+      shared.row_high[r] = exp2_approx(largest - lse2);
     }
   }
   __syncthreads();
-  const uint32_t low_key = shared.low_key;
-  const int shift = shared.shift;
+  // Every pooled value lies in [sum of the rows' lows, sum of their highs].
+  float low = 0.f, high = 0.f;
+  for (int r = 0; r < p.group; ++r) {
+    low += shared.row_low[r];
+    high += shared.row_high[r];
+  }
+  const uint32_t low_key = float_order_key(low);
+  int shift = 0;
+  while (((max(float_order_key(high), low_key) - low_key) >> shift) >= uint32_t(kPooledBins)) ++shift;
   // Monotone in the key; keys outside the bounds (round-off) clamp to the end bins.
   auto bin_of = [&](float pooled_value) -> uint32_t {
     const uint32_t key = float_order_key(pooled_value);
@@ -1130,11 +1145,9 @@ const KernelInfo& decode_kernel(DType dtype, int head_dim, DecodeMode mode, bool
 }
 
 template <typename T>
-const void* merge_kernel_for_type(int head_dim, bool with_output) {
+const void* merge_kernel_for_type(int head_dim) {
   return with_head_dim(head_dim, [&](auto dim) {
-    constexpr int kDim = decltype(dim)::value;
-    return with_output ? reinterpret_cast<const void*>(&decode_merge_kernel<T, kDim, true>)
-                       : reinterpret_cast<const void*>(&decode_merge_kernel<T, kDim, false>);
+    return reinterpret_cast<const void*>(&decode_merge_kernel<T, decltype(dim)::value>);
   });
 }
 
@@ -1152,10 +1165,10 @@ void launch_decode_attention(const DecodeParams& params, DType dtype, int head_d
                 1, stream, "launch decode_attention_kernel");
 }
 
-void launch_decode_merge(const DecodeParams& params, DType dtype, int head_dim, bool with_output,
-                         bool programmatic, cudaStream_t stream) {
-  const void* kernel = dtype == DType::F16 ? merge_kernel_for_type<__half>(head_dim, with_output)
-                                           : merge_kernel_for_type<__nv_bfloat16>(head_dim, with_output);
+void launch_decode_merge(const DecodeParams& params, DType dtype, int head_dim, bool programmatic,
+                         cudaStream_t stream) {
+  const void* kernel = dtype == DType::F16 ? merge_kernel_for_type<__half>(head_dim)
+                                           : merge_kernel_for_type<__nv_bfloat16>(head_dim);
   const size_t shared_bytes = size_t(params.splits) * sizeof(float);
   if (shared_bytes > 48 * 1024) unsupported("decode splits", params.splits);
   launch_kernel(kernel, dim3(params.batch * params.n_heads), kMergeThreads, shared_bytes,

@@ -136,10 +136,10 @@ void launch_sketch_keys(const SketchParams& params, DType dtype, int head_dim, c
 int decode_blocks_per_sm(DType dtype, int head_dim, DecodeMode mode, bool sparse);
 void launch_decode_attention(const DecodeParams& params, DType dtype, int head_dim, DecodeMode mode,
                              bool programmatic, cudaStream_t stream);
-// Folds the split partials into output (when not ScoresOnly) and lse. Call it
+// Folds the split partials of an attending pass into output and lse. Call it
 // right after launch_decode_attention (which lets it start early).
-void launch_decode_merge(const DecodeParams& params, DType dtype, int head_dim, bool with_output,
-                         bool programmatic, cudaStream_t stream);
+void launch_decode_merge(const DecodeParams& params, DType dtype, int head_dim, bool programmatic,
+                         cudaStream_t stream);
 
 // Pooled post-softmax scores of each KV head (sum over its g query heads of
 // 2^(s - lse)) and the exact top budget(n) per (sequence, KV head).
@@ -149,7 +149,11 @@ struct PooledSelectParams : CallGeometry {
   int score_record = 0;           // as DecodeParams::score_record
   const float* score_bounds = nullptr;  // [batch][n_heads][splits][2], as DecodeParams
   int splits = 1;
-  const float* lse = nullptr;  // natural [batch][n_heads]
+  // The rows' LSEs: from the score pass's split partials (log2 units,
+  // [batch][n_heads][splits]) when it left them, else lse (natural,
+  // [batch][n_heads]).
+  const float* partial_lse = nullptr;
+  const float* lse = nullptr;
   Budget budget;
   // Scratch [batch][n_kv_heads][score_stride]: the pooled row when the
   // threshold bin overflows, and the bins of segments too long for shared memory.
