@@ -10,12 +10,14 @@
 # has no libfmt and may lack nlohmann-json and GoogleTest: run
 # scripts/prepare_device_deps.sh on a machine that has them and carry .deps/
 # (git-ignored) along with the working tree; CMake falls back to it.
-#   bench/cuda/run_device.sh [all|test|bench|decode|prefill|ab]
-# decode / prefill: the test, then that half of the benchmark. ab: the test,
-# then an A/B of kernels against BASE=DIR (a base build's kascade_cuda_bench):
-# the benchmark's AB_SECTION (default selecting) at each AB_SHAPES
-# batch:keys (default "1:32768 1:131072 16:32768"), base and new alternated
-# for AB_ROUNDS (default 2), one table of every round and the medians' ratio. With
+#   bench/cuda/run_device.sh [all|test|bench|decode|prefill|ab|kernels]
+# decode / prefill: the test, then that half of the benchmark. ab and
+# kernels run the test, then the benchmark's SECTION (default selecting) at
+# each SHAPES batch:keys (default "1:32768 1:131072 16:32768"). ab: an A/B
+# against BASE=DIR (a base build's kascade_cuda_bench), base and new
+# alternated for AB_ROUNDS (default 2), one table of every round and the
+# medians' ratio. kernels: each kernel's median time under Nsight Compute
+# (ncu), in launch order, a table per shape. With
 # PREBUILT=DIR holding kascade_cuda_test and kascade_cuda_bench built
 # elsewhere (e.g. build-gpu/src/cuda from scripts/test.sh, whose binaries
 # link the CUDA runtime, fmt and GoogleTest statically), those are used when
@@ -24,8 +26,8 @@
 # and the baseline all succeed; 1 otherwise (2: bad arguments or tools).
 set -uo pipefail
 what=${1:-all}
-case $what in all | test | bench | decode | prefill | ab) ;; *)
-  echo "usage: $0 [all|test|bench|decode|prefill|ab]" >&2
+case $what in all | test | bench | decode | prefill | ab | kernels) ;; *)
+  echo "usage: $0 [all|test|bench|decode|prefill|ab|kernels]" >&2
   exit 2
   ;;
 esac
@@ -33,6 +35,12 @@ if [[ $what == ab && ! -x ${BASE:-}/kascade_cuda_bench ]]; then
   echo "ab: BASE=DIR must hold the base build's kascade_cuda_bench" >&2
   exit 2
 fi
+if [[ $what == kernels ]] && ! command -v ncu >/dev/null; then
+  echo "kernels: ncu (Nsight Compute) not found" >&2
+  exit 2
+fi
+shapes=${SHAPES:-1:32768 1:131072 16:32768}
+section=${SECTION:-selecting}
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -102,12 +110,12 @@ fi
 if [[ $what == ab ]]; then
   start=$(date +%s)
   for round in $(seq "${AB_ROUNDS:-2}"); do
-    for shape in ${AB_SHAPES:-1:32768 1:131072 16:32768}; do
+    for shape in $shapes; do
       for side in base new; do
         side_bin=$bin
         [[ $side == base ]] && side_bin=$BASE
         KASCADE_BENCH_B=${shape%%:*} KASCADE_BENCH_N=${shape##*:} timeout "${BENCH_TIMEOUT:-200}" \
-          "$side_bin/kascade_cuda_bench" "$OUT/ab_${side}_${round}_${shape/:/x}.csv" "${AB_SECTION:-selecting}" \
+          "$side_bin/kascade_cuda_bench" "$OUT/ab_${side}_${round}_${shape/:/x}.csv" "$section" \
           >>"$OUT/bench.log" 2>&1 || fail "ab: the $side benchmark failed at batch:keys $shape (round $round)"
       done
     done
@@ -116,9 +124,20 @@ if [[ $what == ab ]]; then
   python3 bench/cuda/ab_table.py "$OUT" >"$OUT/table.log" || fail "ab: no table"
 fi
 
-section=all
-case $what in decode | prefill) section=$what ;; esac
-if [[ $what != test && $what != ab ]]; then
+if [[ $what == kernels ]]; then
+  : >"$OUT/table.log"
+  for shape in $shapes; do
+    KASCADE_BENCH_B=${shape%%:*} KASCADE_BENCH_N=${shape##*:} timeout "${BENCH_TIMEOUT:-200}" ncu --clock-control none \
+      --cache-control none --kernel-name-base function -k regex:'decode|select|merge|sketch' \
+      --metrics gpu__time_duration.sum --csv "$bin/kascade_cuda_bench" "$OUT/kernels_bench.csv" "$section" \
+      >"$OUT/ncu_${shape/:/x}.csv" 2>>"$OUT/bench.log" || fail "kernels: ncu failed at batch:keys $shape"
+    python3 bench/cuda/kernel_times.py "$OUT/ncu_${shape/:/x}.csv" "batch:keys $shape" >>"$OUT/table.log" ||
+      fail "kernels: no table at batch:keys $shape"
+  done
+fi
+
+case $what in decode | prefill) section=$what ;; all | bench) section=all ;; esac
+if [[ $what != test && $what != ab && $what != kernels ]]; then
   start=$(date +%s)
   timeout "${BENCH_TIMEOUT:-200}" "$bin/kascade_cuda_bench" "$OUT/ours.csv" "$section" 2>&1 | tee "$OUT/bench.log"
   bench_status=${PIPESTATUS[0]}
