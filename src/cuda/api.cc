@@ -217,9 +217,8 @@ void carve_partials(Carver& carver, detail::DecodeParams& p, int head_dim) {
 // `dependent`: launch the pass as a programmatic dependent of the stream's previous kernel.
 void run_decode_pass(detail::DecodeParams p, DType dtype, int head_dim, detail::DecodeMode mode, bool dependent,
                      cudaStream_t stream) {
-  const bool attends = mode == detail::DecodeMode::Attend || mode == detail::DecodeMode::AttendAndScores;
   detail::launch_decode_attention(p, dtype, head_dim, mode, dependent, stream);
-  if (attends && p.splits > 1) detail::launch_decode_merge(p, dtype, head_dim, programmatic_launches(), stream);
+  if (detail::decode_attends(mode) && p.splits > 1) detail::launch_decode_merge(p, dtype, head_dim, programmatic_launches(), stream);
 }
 
 // An attention pass of a standalone call (dense, or over p's index sets of

@@ -29,7 +29,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 template <int kHeadDim, DecodeMode kMode>
 struct DecodeConfig {
-  static constexpr bool kReadValues = kMode == DecodeMode::Attend || kMode == DecodeMode::AttendAndScores;
+  static constexpr bool kReadValues = decode_attends(kMode);
   static constexpr bool kSketch = kMode == DecodeMode::SketchScores;
   // A sketched chunk lands where the key tile would: its codes, then (a
   // block's first chunk) the block's lo and step; SketchScorer reads them

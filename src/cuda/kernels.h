@@ -87,6 +87,12 @@ struct PagedLayout {
 // sketch (kascade_cuda.h's KeySketch: an anchor's cheap first pass).
 enum class DecodeMode { Attend, AttendAndScores, ScoresOnly, SketchScores };
 
+// Whether a mode attends (reads V, writes outputs): its split partials are
+// merged and the merge may launch early; the other modes only score.
+KASCADE_HOST_DEVICE constexpr bool decode_attends(DecodeMode mode) {
+  return mode == DecodeMode::Attend || mode == DecodeMode::AttendAndScores;
+}
+
 // Queries [batch][n_heads][head_dim].
 struct DecodeParams : CallGeometry, PagedLayout {
   // Sparse key lists (null for dense): indices[(b*G + head_map[h])*index_stride + j], j < counts[b].
