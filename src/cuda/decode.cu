@@ -662,18 +662,24 @@ struct PooledSelectShared {
   ThresholdBin threshold;
   float row_low[kPrefillBlockRows], row_high[kPrefillBlockRows];  // per head of the group: 2^(min - lse), 2^(max - lse)
   unsigned int segment_above, segment_bin;  // this block's keys above / in the threshold bin
+  unsigned int slice_total;                 // keys in this block's slice of the cluster's bins
+  KeyRange bin_key_range;                   // of the threshold bin's keys (block 0)
 };
 
 // The exact threshold among the threshold bin's keys (shared.fast, in index
-// order), by 12-bit digits from the top; writes the chosen ones to `out` at
-// their final positions and, for every bin key, the chosen ones before it.
+// order; their range in shared.bin_key_range), by 12-bit digits from the
+// highest bit in which they differ; writes the chosen ones to `out` at their
+// final positions and, for every bin key, the chosen ones before it.
 __device__ void choose_bin_keys(PooledSelectShared& shared, unsigned int bin_take, unsigned int bin_count, int* out) {
   const int tid = threadIdx.x;
   uint32_t prefix = 0, mask = 0;
   unsigned int equal_take = bin_count;  // with mask 0 every bin key is "equal": all taken
   if (bin_take < bin_count) {
     equal_take = bin_take;
-    int high_bit = 31;
+    const detail::CommonBits common = detail::common_bits(shared.bin_key_range.low, shared.bin_key_range.high);
+    int high_bit = common.high_bit;
+    mask = common.mask;
+    prefix = common.prefix;
     while (high_bit >= 0) {
       const int width = high_bit + 1 < 12 ? high_bit + 1 : 12;
       const int digit_shift = high_bit + 1 - width;
@@ -774,8 +780,9 @@ struct RowBlocks {
 // pooled scratch.
 //
 // A cluster splits the row into consecutive segments, one per block: pass 1
-// pools and histograms a segment, block 0 sums the histograms (distributed
-// shared memory) and finds the bin; pass 2 places each segment's keys after
+// pools and histograms a segment, each block sums a slice of the bins over
+// the cluster (distributed shared memory) and every block finds the bin from
+// the slices' totals; pass 2 places each segment's keys after
 // the earlier segments' (their counts are exchanged first) and sends the
 // bin's keys to block 0, which finds the exact threshold; each block then
 // places its own keys above the bin. A segment longer than kSharedSegmentKeys
@@ -815,6 +822,7 @@ __global__ void __launch_bounds__(kPooledThreads, 2) pooled_select_decode_kernel
   // its scores. One warp looping over every row's few hundred splits was a
   // fifth of the kernel at batch 1.
   for (int i = tid; i < kPooledBins; i += kPooledThreads) shared.fast.histogram[i] = 0;
+  if (tid == 0) shared.bin_key_range = {0xffffffffu, 0u};
   for (int r = tid >> 5; r < p.group; r += kPooledThreads / 32) {
     const float* bounds = p.score_bounds + (head_row0 + r) * p.splits * 2;
     const float* split_lse = p.partial_lse ? p.partial_lse + (head_row0 + r) * p.splits : nullptr;
@@ -949,22 +957,48 @@ __global__ void __launch_bounds__(kPooledThreads, 2) pooled_select_decode_kernel
       }
     }
   }
-  // Block 0 sums the cluster's histograms into its own (only it reads its
-  // own) and finds the bin; the others then copy the result.
-  cluster.sync();  // every segment pooled and histogrammed
-  if (rank == 0) {
-    for (int i = tid; i < kPooledBins; i += kPooledThreads) {
-      unsigned int total = shared.fast.histogram[i];
-      for (int r = 1; r < blocks; ++r) total += cluster.of_rank(shared.fast.histogram, r)[i];
+  // The bin holding the k-th largest key, found by every block. Block r sums
+  // slice r of the bins over the cluster into its own histogram (no other
+  // block reads that slice of it), with the slice's total; every block then
+  // reads the totals, copies the summed slice holding the k-th key from its
+  // owner and scans it. One block summing all the histograms kept the others
+  // waiting at batch 1.
+  if constexpr (kSplit) {
+    cluster.sync();  // every segment pooled and histogrammed
+    const int slice = (kPooledBins + blocks - 1) / blocks;
+    const int slice_end = min(kPooledBins, (rank + 1) * slice);
+    unsigned int slice_total = 0;
+    for (int i = rank * slice + tid; i < slice_end; i += kPooledThreads) {
+      unsigned int total = 0;
+#pragma unroll
+      for (int r = 0; r < kMaxPooledCluster; ++r)
+        if (r < blocks) total += cluster.of_rank(shared.fast.histogram, r)[i];
       shared.fast.histogram[i] = total;
+      slice_total += total;
     }
+    unsigned int block_total;
+    detail::block_exclusive_scan<kPooledThreads>(slice_total, block_total, shared.warp_totals);
+    if (tid == 0) shared.slice_total = block_total;
+    cluster.sync();  // every slice summed
+    unsigned int totals[kMaxPooledCluster];
+#pragma unroll
+    for (int r = 0; r < kMaxPooledCluster; ++r) totals[r] = r < blocks ? *cluster.of_rank(&shared.slice_total, r) : 0u;
+    unsigned int remaining = unsigned(k);
+    int owner = blocks - 1;
+    while (owner > 0 && remaining > totals[owner]) remaining -= totals[owner--];
+    const int first = owner * slice, last = min(kPooledBins, first + slice);
+    if (owner != rank) {  // this block's own copy of that slice was read by its owner before the sync
+      const unsigned int* summed = cluster.of_rank(shared.fast.histogram, owner);
+      for (int i = first + tid; i < last; i += kPooledThreads) shared.fast.histogram[i] = summed[i];
+    }
+    __syncthreads();
+    detail::find_threshold_bin_in<kPooledThreads, (kPooledBins / 2 + kPooledThreads - 1) / kPooledThreads>(
+        shared.fast.histogram, first, last, remaining, shared.warp_totals, shared.threshold);
+  } else {
     __syncthreads();
     detail::find_threshold_bin<kPooledThreads, kPooledBins>(shared.fast.histogram, unsigned(k), shared.warp_totals,
                                                             shared.threshold);
   }
-  cluster.sync();  // the bin is known; block 0's histogram is no longer read
-  if (rank != 0 && tid == 0) shared.threshold = *cluster.of_rank(&shared.threshold, 0);
-  cluster.sync();  // block 0's threshold was copied: it may be overwritten from here on
   const uint32_t threshold_bin = shared.threshold.digit;
   const unsigned int bin_take = shared.threshold.remaining;  // keys to take from the bin
   const unsigned int bin_count = shared.threshold.count;
@@ -1077,9 +1111,14 @@ __global__ void __launch_bounds__(kPooledThreads, 2) pooled_select_decode_kernel
   cluster.sync();  // every bin key is in block 0, every scratch entry written
   if (rank == 0) {
     // The bin keys' exact values: at most kPooledCandidates short sums.
-    for (unsigned int c = tid; c < bin_count; c += kPooledThreads)
-      shared.fast.key[c] = float_order_key(pooled_at(shared.fast.position[c]));
-    __syncthreads();
+    uint32_t low = 0xffffffffu, high = 0u;
+    for (unsigned int c = tid; c < bin_count; c += kPooledThreads) {
+      const uint32_t key = float_order_key(pooled_at(shared.fast.position[c]));
+      shared.fast.key[c] = key;
+      low = min(low, key);
+      high = max(high, key);
+    }
+    detail::reduce_key_range(low, high, shared.bin_key_range);
     choose_bin_keys(shared, bin_take, bin_count, out);
   }
   cluster.sync();  // block 0 has written the chosen bin keys and chosen_before

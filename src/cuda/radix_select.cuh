@@ -30,6 +30,11 @@ struct ThresholdBin {
   unsigned int count;
 };
 
+// The range of a block's keys, folded in shared memory.
+struct KeyRange {
+  unsigned int low, high;
+};
+
 template <int kThreads>
 struct RadixSelectShared {
   static constexpr int kWarps = kThreads / 32;
@@ -39,26 +44,39 @@ struct RadixSelectShared {
   uint32_t candidates[kCandidates];
   unsigned int warp_totals[kWarps];
   unsigned int candidate_count;
-  unsigned int min_key, max_key;  // the row's key range
+  KeyRange key_range;  // the row's
   ThresholdBin threshold;
 };
 
 namespace detail {
 
-// Folds per-thread key ranges into shared.min_key / max_key (which must hold
-// 0xffffffff / 0 beforehand). Ends with a barrier.
-template <int kThreads>
-__device__ __forceinline__ void reduce_key_range(uint32_t low, uint32_t high, RadixSelectShared<kThreads>& shared) {
+// Folds per-thread key ranges into `range` (which must hold 0xffffffff / 0
+// beforehand). Ends with a barrier.
+__device__ __forceinline__ void reduce_key_range(uint32_t low, uint32_t high, KeyRange& range) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
     low = min(low, __shfl_xor_sync(0xffffffffu, low, offset));
     high = max(high, __shfl_xor_sync(0xffffffffu, high, offset));
   }
   if ((threadIdx.x & 31) == 0) {
-    atomicMin(&shared.min_key, low);
-    atomicMax(&shared.max_key, high);
+    atomicMin(&range.low, low);
+    atomicMax(&range.high, high);
   }
   __syncthreads();
+}
+
+// The bits above the highest one in which `low` and `high` differ are common
+// to every key between them: a threshold search starts from them.
+struct CommonBits {
+  int high_bit;  // the highest differing bit, -1 when low == high
+  uint32_t mask, prefix;
+};
+__device__ __forceinline__ CommonBits common_bits(uint32_t low, uint32_t high) {
+  CommonBits bits;
+  bits.high_bit = low == high ? -1 : 31 - __clz(low ^ high);
+  bits.mask = bits.high_bit < 0 ? 0xffffffffu : bits.high_bit == 31 ? 0u : ~((2u << bits.high_bit) - 1u);
+  bits.prefix = low & bits.mask;
+  return bits;
 }
 
 // Exclusive prefix of `count` over the block (in thread order) and the block
@@ -88,28 +106,30 @@ __device__ __forceinline__ unsigned int block_exclusive_scan(unsigned int count,
   return before + inclusive - count;
 }
 
-// Finds the bin of `histogram` (kBins counts) holding the `remaining`-th
-// largest key counted from the top bin; publishes it in `result`. Ends with a
-// barrier.
-template <int kThreads, int kBins>
-__device__ __forceinline__ void find_threshold_bin(const unsigned int* histogram, unsigned int remaining,
-                                                   unsigned int* warp_totals, ThresholdBin& result) {
-  static_assert(kBins % kThreads == 0, "each thread owns whole bins when scanning");
-  constexpr int kPerThread = kBins / kThreads;
-  unsigned int counts[kPerThread];
+// Finds the bin of histogram[first, last) holding the `remaining`-th largest
+// key counted from bin last - 1 down; publishes it (its absolute index) in
+// `result`. Each thread owns up to kMaxPerThread consecutive bins. Ends with
+// a barrier.
+template <int kThreads, int kMaxPerThread>
+__device__ __forceinline__ void find_threshold_bin_in(const unsigned int* histogram, int first, int last,
+                                                      unsigned int remaining, unsigned int* warp_totals,
+                                                      ThresholdBin& result) {
+  const int per_thread = (last - first + kThreads - 1) / kThreads;
+  const int top = last - 1 - static_cast<int>(threadIdx.x) * per_thread;  // this thread's highest bin
+  unsigned int counts[kMaxPerThread];
   unsigned int local = 0;
 #pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    counts[j] = histogram[kBins - 1 - threadIdx.x * kPerThread - j];
+  for (int j = 0; j < kMaxPerThread; ++j) {
+    counts[j] = j < per_thread && top - j >= first ? histogram[top - j] : 0u;
     local += counts[j];
   }
   unsigned int total;
   unsigned int above = block_exclusive_scan<kThreads>(local, total, warp_totals);
   if (above < remaining && remaining <= above + local) {
 #pragma unroll
-    for (int j = 0; j < kPerThread; ++j) {
+    for (int j = 0; j < kMaxPerThread; ++j) {
       if (above < remaining && remaining <= above + counts[j]) {
-        result.digit = kBins - 1 - threadIdx.x * kPerThread - j;
+        result.digit = top - j;
         result.remaining = remaining - above;
         result.count = counts[j];
       }
@@ -117,6 +137,14 @@ __device__ __forceinline__ void find_threshold_bin(const unsigned int* histogram
     }
   }
   __syncthreads();
+}
+
+// The same over a whole histogram of kBins counts.
+template <int kThreads, int kBins>
+__device__ __forceinline__ void find_threshold_bin(const unsigned int* histogram, unsigned int remaining,
+                                                   unsigned int* warp_totals, ThresholdBin& result) {
+  static_assert(kBins % kThreads == 0, "each thread owns whole bins when scanning");
+  find_threshold_bin_in<kThreads, kBins / kThreads>(histogram, 0, kBins, remaining, warp_totals, result);
 }
 
 // Calls visit(value) once for every value of values[0, n), in no particular
@@ -191,11 +219,8 @@ __device__ __noinline__ void select_top_k_block(const float* values, int n, int 
   }
   if (k <= 0) return;
 
-  // The keys' range, reduced into shared.min_key / max_key.
-  if (tid == 0) {
-    shared.min_key = 0xffffffffu;
-    shared.max_key = 0u;
-  }
+  // The keys' range, reduced into shared.key_range.
+  if (tid == 0) shared.key_range = {0xffffffffu, 0u};
   __syncthreads();
   uint32_t low = 0xffffffffu, high = 0u;
   detail::for_each_value<kThreads>(values, n, [&](float value) {
@@ -203,12 +228,10 @@ __device__ __noinline__ void select_top_k_block(const float* values, int n, int 
     low = min(low, key);
     high = max(high, key);
   });
-  detail::reduce_key_range(low, high, shared);
-  const uint32_t min_key = shared.min_key, max_key = shared.max_key;
-  // Bits above the highest differing one are common: they start the threshold.
-  int high_bit = min_key == max_key ? -1 : 31 - __clz(min_key ^ max_key);
-  uint32_t mask = high_bit < 0 ? 0xffffffffu : high_bit == 31 ? 0u : ~((2u << high_bit) - 1u);
-  uint32_t prefix = min_key & mask;
+  detail::reduce_key_range(low, high, shared.key_range);
+  const detail::CommonBits common = detail::common_bits(shared.key_range.low, shared.key_range.high);
+  int high_bit = common.high_bit;
+  uint32_t mask = common.mask, prefix = common.prefix;
   unsigned int remaining = static_cast<unsigned int>(k);
   bool compacted = false;
   while (high_bit >= 0) {

@@ -1253,8 +1253,9 @@ TEST_F(KascadeCuda, DecodeManyRows) {
   test_decode({false, 32, 8, 64, many}, kStandard);
 }
 // Constant score rows: the threshold bin holds every key (general radix
-// select over the recomputed pooled row; ties to the lower index).
-TEST_F(KascadeCuda, DecodeConstantScores) { test_decode({false, 8, 2, 128, {5000, 1500}, 0.f}, kStandard); }
+// select over the recomputed pooled row; ties to the lower index), in a
+// cluster of 2 blocks (20000 keys) and in one block.
+TEST_F(KascadeCuda, DecodeConstantScores) { test_decode({false, 8, 2, 128, {20000, 1500}, 0.f}, kStandard); }
 // Segments too long for their bins to stay in shared memory: a row cut
 // among 8 blocks of 37504 keys, and 67 rows of one block each.
 TEST_F(KascadeCuda, DecodeLongSegments) {
