@@ -663,6 +663,10 @@ TEST_F(GpuEngine, DefaultModelMatchesTheCpu) {
   const std::vector<int32_t> haystack = tokenizer.encode(read_file(haystack_path, "haystack"), true);
   AttentionOptions kascade = kascade_options(*cpu, 10, 128);
   kascade.profile = model::resolve_profile("", path, cpu->config(), cpu->file(), true);
+  // The CPU's threshold on both engines: left to its step rule, the GPU
+  // decodes steps this small densely, and its logits would then differ from
+  // the CPU's selecting ones by Kascade's own error (11-19 % on some prompts).
+  kascade.sparse_from = engine::kCpuSparseFrom;
   size_t compared = 0, runs = 0;  // decode tokens compared before a near-tie, over all prompts
   const int64_t lengths[] = {1000, 8000, 2000, 7000, 3000, 6000, 4000, 5000, 1500, 8000};
   for (size_t p = 0; p < std::size(lengths); ++p) {
