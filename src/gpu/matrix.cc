@@ -1,16 +1,54 @@
 #include "gpu/matrix.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
 #include "core/half.h"
+#include "quant/dequant.h"
 
 namespace kascade::gpu {
 namespace {
 
 constexpr int64_t kQ8_0Block = 32, kQ8_0BlockBytes = 34;
+constexpr int64_t kQ4_0BlockBytes = 18, kQ5_0BlockBytes = 22;
 constexpr int64_t kQ4_KBlock = 256, kQ4_KBlockBytes = 144;
 constexpr int64_t kQ6_KBlock = 256, kQ6_KBlockBytes = 210, kQ6_KBodyBytes = 208;
+
+// The device layout a weight of `type` takes on its own.
+MatrixFormat format_of(TensorType type) {
+  switch (type) {
+    case TensorType::Q8_0:
+    case TensorType::Q4_0:
+    case TensorType::Q5_0: return MatrixFormat::Q8_0;
+    case TensorType::Q4_K: return MatrixFormat::Q4_K;
+    case TensorType::Q6_K: return MatrixFormat::Q6_K;
+    default: return MatrixFormat::BF16;
+  }
+}
+
+// One 32-value block of Q8_0, Q4_0 or Q5_0 at `src` (each starts with its
+// fp16 d) as Q8_0's int8 values and scale bits. Every value of the latter two
+// is d times a small integer, exact in fp32, so the CPU's dequantized value
+// divided by d gives the integer back without loss.
+void q8_0_block(TensorType type, const uint8_t* src, int8_t* quants, uint8_t* scale) {
+  std::memcpy(scale, src, 2);
+  if (type == TensorType::Q8_0) {
+    std::memcpy(quants, src + 2, kQ8_0Block);
+    return;
+  }
+  float values[kQ8_0Block];
+  quant::dequantize_blocks(type, src, values, 1);
+  uint16_t d_bits;
+  std::memcpy(&d_bits, src, 2);
+  const float d = fp16_to_fp32(d_bits);
+  for (int j = 0; j < kQ8_0Block; ++j)
+    quants[j] = d != 0 && std::isfinite(d) ? int8_t(std::lrint(values[j] / d)) : int8_t(0);
+}
+
+int64_t q8_0_source_block_bytes(TensorType type) {
+  return type == TensorType::Q4_0 ? kQ4_0BlockBytes : type == TensorType::Q5_0 ? kQ5_0BlockBytes : kQ8_0BlockBytes;
+}
 
 }  // namespace
 
@@ -25,13 +63,10 @@ int64_t stacked_rows(const WeightParts& parts) {
 }
 
 MatrixFormat device_format(const WeightParts& parts) {
-  const TensorType type = parts.front()->type;
+  const MatrixFormat format = format_of(parts.front()->type);
   for (const ops::Weight* w : parts)
-    if (w->type != type) return MatrixFormat::BF16;
-  if (type == TensorType::Q8_0) return MatrixFormat::Q8_0;
-  if (type == TensorType::Q4_K) return MatrixFormat::Q4_K;
-  if (type == TensorType::Q6_K) return MatrixFormat::Q6_K;
-  return MatrixFormat::BF16;
+    if (format_of(w->type) != format) return MatrixFormat::BF16;
+  return format;
 }
 
 uint64_t device_bytes(MatrixFormat format, int64_t rows, int64_t cols) {
@@ -65,12 +100,11 @@ std::vector<uint8_t> pack_rows(MatrixFormat format, const WeightParts& parts) {
             break;
           }
           case MatrixFormat::Q8_0: {
-            uint8_t* quants = out.data() + row * cols;
+            auto* quants = reinterpret_cast<int8_t*>(out.data() + row * cols);
             uint8_t* scales = out.data() + rows * cols + 2 * row * (cols / kQ8_0Block);
-            for (int64_t b = 0; b < cols / kQ8_0Block; ++b) {
-              std::memcpy(scales + 2 * b, src + b * kQ8_0BlockBytes, 2);
-              std::memcpy(quants + b * kQ8_0Block, src + b * kQ8_0BlockBytes + 2, kQ8_0Block);
-            }
+            const int64_t block_bytes = q8_0_source_block_bytes(w->type);
+            for (int64_t b = 0; b < cols / kQ8_0Block; ++b)
+              q8_0_block(w->type, src + b * block_bytes, quants + b * kQ8_0Block, scales + 2 * b);
             break;
           }
           case MatrixFormat::Q4_K:

@@ -3,11 +3,15 @@
 // A matrix keeps the file's encoding where the GPU has a kernel for it, so
 // that decode streams as few bytes as the file holds: Q8_0, Q4_K and Q6_K
 // stay quantized (an 8B model in Q4_K takes ~5 GB, not 16; a Q4_K_M file's
-// Q6_K output and down projections stay 6.6 bits a weight); every other type
-// is dequantized to bf16 at load. Device layouts, `rows` x `cols`, row-major:
+// Q6_K output and down projections stay 6.6 bits a weight). Q4_0 and Q5_0,
+// whose values are d x (a small integer) per 32 as Q8_0's, are widened into
+// the Q8_0 layout without loss (8.5 bits a weight, not bf16's 16). Every
+// other type is dequantized to bf16 at load. Device layouts, `rows` x
+// `cols`, row-major:
 //   BF16  bf16 [rows][cols]
 //   Q8_0  int8 [rows][cols], then fp16 scales [rows][cols / 32]: the file's
-//         34-byte blocks split so that every load is 16-byte aligned
+//         34-byte blocks split so that every load is 16-byte aligned (Q4_0's
+//         nibble - 8 and Q5_0's 5-bit value - 16 as the int8s, d as the scale)
 //   Q4_K  the file's 144-byte blocks [rows][cols / 256], as they are (9 x 16 bytes)
 //   Q6_K  the file's 210-byte blocks split the same way: their first 208 bytes
 //         (low nibbles, high bits, the 16 scales: 13 x 16 bytes) [rows][cols /

@@ -276,6 +276,13 @@ HostWeight random_weight(TensorType type, int64_t rows, int64_t cols, std::mt199
         for (int i = 0; i < 32; ++i) h.bytes[b + 2 + size_t(i)] = uint8_t(rng());
       }
       break;
+    case TensorType::Q4_0:  // d, then 16 bytes of nibbles
+    case TensorType::Q5_0:  // d, the fifth bits, then the nibbles
+      for (size_t b = 0, size = type == TensorType::Q4_0 ? 18 : 22; b < h.bytes.size(); b += size) {
+        put_half(h.bytes.data() + b, value(rng) / 16.0f);
+        for (size_t i = 2; i < size; ++i) h.bytes[b + i] = uint8_t(rng());
+      }
+      break;
     case TensorType::Q4_K:
       for (size_t b = 0; b < h.bytes.size(); b += 144) {
         put_half(h.bytes.data() + b, value(rng) / 1000.0f);
@@ -296,10 +303,12 @@ HostWeight random_weight(TensorType type, int64_t rows, int64_t cols, std::mt199
 }
 
 // The device layout on the host: quantized types keep their values (the
-// packed rows dequantize, by the layout matrix.h states, to the CPU's values).
+// packed rows dequantize, by the layout matrix.h states, to the CPU's values;
+// Q4_0 and Q5_0 in the Q8_0 layout).
 TEST(GpuMatrixHost, PackingKeepsTheValues) {
   std::mt19937_64 rng(3);
-  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
+  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0,
+                                TensorType::Q4_K, TensorType::Q6_K}) {
     const HostWeight a = random_weight(type, 3, 512, rng), b = random_weight(type, 2, 512, rng);
     const gpu::MatrixFormat format = gpu::device_format({&a.weight, &b.weight});
     const std::vector<uint8_t> packed = gpu::pack_rows(format, {&a.weight, &b.weight});
@@ -333,9 +342,14 @@ TEST(GpuMatrixHost, PackingKeepsTheValues) {
       }
     }
   }
-  // Mixed types stack in bf16 as one matrix; as a stack, each run keeps its format.
+  // Mixed formats stack in bf16 as one matrix; as a stack, each run keeps its
+  // format. Types that share the Q8_0 layout stack in it.
   const HostWeight q8 = random_weight(TensorType::Q8_0, 2, 256, rng), q4 = random_weight(TensorType::Q4_K, 2, 256, rng);
+  const HostWeight q4_0 = random_weight(TensorType::Q4_0, 2, 256, rng);
   EXPECT_EQ(gpu::device_format({&q8.weight, &q4.weight}), gpu::MatrixFormat::BF16);
+  EXPECT_EQ(gpu::device_format({&q4_0.weight, &q8.weight}), gpu::MatrixFormat::Q8_0);
+  EXPECT_EQ(gpu::device_format({&q4_0.weight, &q4.weight}), gpu::MatrixFormat::BF16);
+  EXPECT_EQ(gpu::format_runs({&q4_0.weight, &q8.weight, &q4.weight}).size(), 2u);
 }
 
 // Where the GPU's default Kascade selects at decode: from kGpuSparseFrom keys
@@ -446,7 +460,8 @@ std::vector<float> download(const gpu::DeviceMemory& memory, size_t count) {
 TEST_F(GpuEngine, ProductsMatchDoublePrecision) {
   std::mt19937_64 rng(11);
   gpu::Blas blas(size_t(1) << 20, 14336);  // a small buffer, so that big matrices go through in several slices
-  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
+  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0,
+                                TensorType::Q4_K, TensorType::Q6_K}) {
     for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1000, 4096}, {333, 14336}, {4100, 256}}) {
       const HostWeight host = random_weight(type, rows, cols, rng);
       const gpu::DeviceMatrix w = gpu::upload_matrix({&host.weight}, "test weights");
