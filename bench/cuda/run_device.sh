@@ -16,7 +16,8 @@
 # each SHAPES batch:keys (default "1:32768 1:131072 16:32768"). ab: an A/B
 # against BASE=DIR (a base build's kascade_cuda_bench), base and new
 # alternated for AB_ROUNDS (default 2), one table of every round and the
-# medians' ratio. kernels: each kernel's median time under Nsight Compute
+# medians' ratio; NEW_ENV="VAR=value ..." runs the new side with those A/B
+# switches (src/cuda/api.cc lists them), so BASE may be the same build. kernels: each kernel's median time under Nsight Compute
 # (ncu), in launch order, a table per shape. With
 # PREBUILT=DIR holding kascade_cuda_test and kascade_cuda_bench built
 # elsewhere (e.g. build-gpu/src/cuda from scripts/test.sh, whose binaries
@@ -112,9 +113,9 @@ if [[ $what == ab ]]; then
   for round in $(seq "${AB_ROUNDS:-2}"); do
     for shape in $shapes; do
       for side in base new; do
-        side_bin=$bin
-        [[ $side == base ]] && side_bin=$BASE
-        KASCADE_BENCH_B=${shape%%:*} KASCADE_BENCH_N=${shape##*:} timeout "${BENCH_TIMEOUT:-200}" \
+        side_bin=$bin side_env=(${NEW_ENV:-})
+        [[ $side == base ]] && side_bin=$BASE side_env=()
+        env "${side_env[@]}" KASCADE_BENCH_B=${shape%%:*} KASCADE_BENCH_N=${shape##*:} timeout "${BENCH_TIMEOUT:-200}" \
           "$side_bin/kascade_cuda_bench" "$OUT/ab_${side}_${round}_${shape/:/x}.csv" "$section" \
           >>"$OUT/bench.log" 2>&1 || fail "ab: the $side benchmark failed at batch:keys $shape (round $round)"
       done

@@ -34,12 +34,17 @@ constexpr int64_t kMaxDenseSplits = 32;
 // in flight for HBM (1.1 TB/s at 32K). (Sparse passes at 32-127 keys a split
 // to reach it measured no faster.)
 constexpr int64_t kMinDenseBlocks = 256;
+// Smallest key range of a sketch-scoring split: a 64-key sketch block for
+// each of its block's four warps (a warp scores whole sketch blocks).
+constexpr int64_t kMinSketchKeysPerSplit = 256;
 
 // A/B switches for device runs, read once: KASCADE_SCORE_LAYOUT=rows keeps
 // the anchor's raw scores one row per head at every batch, =keys forces
 // key-major; KASCADE_MIN_SPLIT_KEYS overrides the dense split floor;
 // KASCADE_DECODE_PDL=0 launches every decode kernel plainly (no programmatic
-// dependent launches).
+// dependent launches); KASCADE_SCORE_SPLITS=wave lets score-only passes fill
+// one wave (plan_splits); KASCADE_MIN_POOLED_SEGMENT overrides the pooled
+// selection's shortest segment (decode.cu, launch_pooled_select_decode).
 int score_layout_override() {  // 0: by batch, 1: rows, 2: keys
   static const int layout = [] {
     const char* value = std::getenv("KASCADE_SCORE_LAYOUT");
@@ -59,6 +64,14 @@ constexpr int64_t kKeyMajorMinSets = 256;
 bool key_major_scores(int64_t sets, int group) {
   const int layout = score_layout_override();
   return layout == 2 || (layout == 0 && sets >= kKeyMajorMinSets && group % 4 == 0);
+}
+
+bool score_splits_fill_wave() {
+  static const bool wave = [] {
+    const char* value = std::getenv("KASCADE_SCORE_SPLITS");
+    return value && std::string(value) == "wave";
+  }();
+  return wave;
 }
 
 int min_dense_split_keys() {
@@ -193,14 +206,21 @@ detail::DecodeParams decode_params(const AttentionArgs& args) {
 // (a partial second wave would cost a whole one), never fewer than the
 // split floor (dense or sparse, above) keys per split and, in dense passes,
 // never more than kMaxDenseSplits where that still gives kMinDenseBlocks.
-int plan_splits(const detail::DecodeParams& p, int64_t max_keys, int blocks_per_sm) {
+// With KASCADE_SCORE_SPLITS=wave a score-only pass (`merged` false) is not
+// capped: it has no merge (the selection folds its split LSEs), and capped,
+// the sketch pass at batch 1 runs 2 blocks a multiprocessor and reads at
+// 0.9-1.1 TB/s (8 KV heads, 32K and 128K; dense reads at ~3). Unmeasured.
+int plan_splits(const detail::DecodeParams& p, int64_t max_keys, int blocks_per_sm, bool merged = true) {
+  const bool capped = merged || !score_splits_fill_wave();
   const int64_t blocks = int64_t(p.batch) * p.n_kv_heads * p.head_blocks;
   const int64_t target = int64_t(detail::multiprocessor_count()) * blocks_per_sm;
   const int64_t wanted = target / blocks;
   const int64_t max_dense_splits = std::max(kMaxDenseSplits, (kMinDenseBlocks + blocks - 1) / blocks);
   const int64_t min_keys =
-      p.indices ? kMinKeysPerSplit
-                : std::max<int64_t>(min_dense_split_keys(), (max_keys + max_dense_splits - 1) / max_dense_splits);
+      p.indices      ? kMinKeysPerSplit
+      : capped       ? std::max<int64_t>(min_dense_split_keys(), (max_keys + max_dense_splits - 1) / max_dense_splits)
+      : p.sketch_codes ? kMinSketchKeysPerSplit
+                       : min_dense_split_keys();
   const int64_t most = std::max<int64_t>(1, (max_keys + min_keys - 1) / min_keys);
   return static_cast<int>(std::clamp<int64_t>(wanted, 1, most));
 }
@@ -351,7 +371,8 @@ void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_o
     scoring.sketch_params = args.key_sketch.params;
   }
   scoring.splits = plan_splits(scoring, args.max_seq_len,
-                               detail::decode_blocks_per_sm(args.dtype, args.head_dim, score_mode, false));
+                               detail::decode_blocks_per_sm(args.dtype, args.head_dim, score_mode, false),
+                               detail::decode_attends(score_mode));
   detail::DecodeParams sparse = decode_params(args);
   sparse.indices = selection.indices;
   sparse.counts = selection.counts;
