@@ -44,7 +44,7 @@ struct RadixSelectShared {
   uint32_t candidates[kCandidates];
   unsigned int warp_totals[kWarps];
   unsigned int candidate_count;
-  KeyRange key_range;  // the row's
+  KeyRange key_range;  // of the row's keys
   ThresholdBin threshold;
 };
 
