@@ -122,7 +122,8 @@ if [[ $what == ab ]]; then
     done
   done
   echo "ab: $(($(date +%s) - start)) s"
-  python3 bench/cuda/ab_table.py "$OUT" >"$OUT/table.log" || fail "ab: no table"
+  { [[ -z ${NEW_ENV:-} ]] || echo "new side run with: $NEW_ENV"
+    python3 bench/cuda/ab_table.py "$OUT"; } >"$OUT/table.log" || fail "ab: no table"
 fi
 
 if [[ $what == kernels ]]; then
