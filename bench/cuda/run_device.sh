@@ -17,8 +17,9 @@
 # against BASE=DIR (a base build's kascade_cuda_bench), base and new
 # alternated for AB_ROUNDS (default 2), one table of every round and the
 # medians' ratio; NEW_ENV="VAR=value ..." runs the new side with those A/B
-# switches (src/cuda/api.cc lists them), so BASE may be the same build. kernels: each kernel's median time under Nsight Compute
-# (ncu), in launch order, a table per shape. With
+# switches (src/cuda/api.cc lists them), so BASE may be the same build.
+# kernels: each kernel's median time under Nsight Compute (ncu), in launch
+# order, a table per shape. With
 # PREBUILT=DIR holding kascade_cuda_test and kascade_cuda_bench built
 # elsewhere (e.g. build-gpu/src/cuda from scripts/test.sh, whose binaries
 # link the CUDA runtime, fmt and GoogleTest statically), those are used when

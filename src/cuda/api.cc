@@ -75,11 +75,7 @@ bool score_splits_fill_wave() {
 }
 
 int min_dense_split_keys() {
-  static const int keys = [] {
-    const char* value = std::getenv("KASCADE_MIN_SPLIT_KEYS");
-    const int parsed = value ? std::atoi(value) : 0;
-    return parsed > 0 ? parsed : kMinKeysPerSplit;
-  }();
+  static const int keys = int(detail::positive_env("KASCADE_MIN_SPLIT_KEYS", kMinKeysPerSplit));
   return keys;
 }
 

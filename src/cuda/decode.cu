@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <type_traits>
 
 #include "cuda/device_common.cuh"
@@ -1217,17 +1216,14 @@ void launch_decode_merge(const DecodeParams& params, DType dtype, int head_dim, 
 
 void launch_pooled_select_decode(const PooledSelectParams& params, bool programmatic, cudaStream_t stream) {
   // At small batch rows of the longest sequence's length (score_stride) are
-  // cut into segments of at least 8192 keys, into no more blocks
+  // cut into segments of at least kMinPooledSegment keys, into no more blocks
   // than multiprocessors (without those limits batch 8 at 8K and 32K lost
   // 2-23 % to clusters of 4 blocks, batch 1 at 8K 12 % to clusters of 8).
   // Cutting rows further only to keep every segment's bins in shared memory
   // was slower than one block per row with the bins in DRAM (batch 64 at 64K
   // and 128K, batch 8 at 128K).
-  static const int64_t min_segment = [] {  // an A/B switch (api.cc lists them)
-    const char* value = std::getenv("KASCADE_MIN_POOLED_SEGMENT");
-    const int64_t parsed = value ? std::atoll(value) : 0;
-    return parsed > 0 ? parsed : int64_t(8192);
-  }();
+  constexpr int64_t kMinPooledSegment = 8192;
+  static const int64_t min_segment = positive_env("KASCADE_MIN_POOLED_SEGMENT", kMinPooledSegment);
   const int rows = params.batch * params.n_kv_heads;
   const int64_t wanted = std::min<int64_t>(multiprocessor_count() / rows, params.score_stride / min_segment);
   const int blocks_per_row = static_cast<int>(std::clamp<int64_t>(wanted, 1, kMaxPooledCluster));

@@ -25,6 +25,9 @@ constexpr int kPrefillBlockRows = 128;
 [[noreturn]] void unsupported(const char* what, int64_t value);
 // Raises kascade::Error naming the failed CUDA call.
 void check_cuda(cudaError_t status, const char* what);
+// The positive integer in environment variable `name` (an A/B switch for
+// device runs; api.cc lists them), else `fallback`.
+int64_t positive_env(const char* name, int64_t fallback);
 
 // A kernel instance with its dynamic shared memory, threads and occupancy.
 struct KernelInfo {

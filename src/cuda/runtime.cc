@@ -1,6 +1,8 @@
 // The CUDA runtime helpers every kernel file and the host API use: errors
 // that name the call, kernel configuration (shared memory, occupancy),
 // launches with programmatic dependence and clusters, the device's size.
+#include <cstdlib>
+
 #include "core/error.h"
 #include "cuda/kernels.h"
 
@@ -10,6 +12,12 @@ void unsupported(const char* what, int64_t value) { fail("cuda kernels: unsuppor
 
 void check_cuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) fail("cuda: {} failed: {}", what, cudaGetErrorString(status));
+}
+
+int64_t positive_env(const char* name, int64_t fallback) {
+  const char* value = std::getenv(name);
+  const int64_t parsed = value ? std::atoll(value) : 0;
+  return parsed > 0 ? parsed : fallback;
 }
 
 KernelInfo configure_kernel(const void* kernel, int shared_bytes, int threads, const char* what) {

@@ -1,6 +1,5 @@
 #include "gpu/matrix.h"
 
-#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -10,8 +9,7 @@
 namespace kascade::gpu {
 namespace {
 
-constexpr int64_t kQ8_0Block = 32, kQ8_0BlockBytes = 34;
-constexpr int64_t kQ4_0BlockBytes = 18, kQ5_0BlockBytes = 22;
+constexpr int64_t kQ8_0Block = 32;
 constexpr int64_t kQ4_KBlock = 256, kQ4_KBlockBytes = 144;
 constexpr int64_t kQ6_KBlock = 256, kQ6_KBlockBytes = 210, kQ6_KBodyBytes = 208;
 
@@ -27,27 +25,17 @@ MatrixFormat format_of(TensorType type) {
   }
 }
 
-// One 32-value block of Q8_0, Q4_0 or Q5_0 at `src` (each starts with its
-// fp16 d) as Q8_0's int8 values and scale bits. Every value of the latter two
-// is d times a small integer, exact in fp32, so the CPU's dequantized value
-// divided by d gives the integer back without loss.
-void q8_0_block(TensorType type, const uint8_t* src, int8_t* quants, uint8_t* scale) {
-  std::memcpy(scale, src, 2);
-  if (type == TensorType::Q8_0) {
-    std::memcpy(quants, src + 2, kQ8_0Block);
-    return;
-  }
+// The 32 integers q of a block of Q4_0 or Q5_0 (value = d q): the CPU's
+// dequantization of the block with d set to 1, so the block layouts stay
+// written once (quant/).
+void block_integers(TensorType type, const uint8_t* src, int8_t* out) {
+  uint8_t block[24];
+  std::memcpy(block, src, size_t(type_traits(type).block_bytes));
+  const uint16_t one = fp32_to_fp16(1.0f);
+  std::memcpy(block, &one, 2);
   float values[kQ8_0Block];
-  quant::dequantize_blocks(type, src, values, 1);
-  uint16_t d_bits;
-  std::memcpy(&d_bits, src, 2);
-  const float d = fp16_to_fp32(d_bits);
-  for (int j = 0; j < kQ8_0Block; ++j)
-    quants[j] = d != 0 && std::isfinite(d) ? int8_t(std::lrint(values[j] / d)) : int8_t(0);
-}
-
-int64_t q8_0_source_block_bytes(TensorType type) {
-  return type == TensorType::Q4_0 ? kQ4_0BlockBytes : type == TensorType::Q5_0 ? kQ5_0BlockBytes : kQ8_0BlockBytes;
+  quant::dequantize_blocks(type, block, values, 1);
+  for (int j = 0; j < kQ8_0Block; ++j) out[j] = int8_t(values[j]);
 }
 
 }  // namespace
@@ -99,12 +87,18 @@ std::vector<uint8_t> pack_rows(MatrixFormat format, const WeightParts& parts) {
             for (int64_t c = 0; c < cols; ++c) dst[c] = fp32_to_bf16(values[size_t(c)]);
             break;
           }
-          case MatrixFormat::Q8_0: {
+          case MatrixFormat::Q8_0: {  // Q4_0 and Q5_0 too: every one of them starts with its fp16 d
             auto* quants = reinterpret_cast<int8_t*>(out.data() + row * cols);
             uint8_t* scales = out.data() + rows * cols + 2 * row * (cols / kQ8_0Block);
-            const int64_t block_bytes = q8_0_source_block_bytes(w->type);
-            for (int64_t b = 0; b < cols / kQ8_0Block; ++b)
-              q8_0_block(w->type, src + b * block_bytes, quants + b * kQ8_0Block, scales + 2 * b);
+            const int64_t block_bytes = type_traits(w->type).block_bytes;
+            for (int64_t b = 0; b < cols / kQ8_0Block; ++b) {
+              const uint8_t* block = src + b * block_bytes;
+              std::memcpy(scales + 2 * b, block, 2);
+              if (w->type == TensorType::Q8_0)
+                std::memcpy(quants + b * kQ8_0Block, block + 2, kQ8_0Block);
+              else
+                block_integers(w->type, block, quants + b * kQ8_0Block);
+            }
             break;
           }
           case MatrixFormat::Q4_K:

@@ -278,7 +278,7 @@ HostWeight random_weight(TensorType type, int64_t rows, int64_t cols, std::mt199
       break;
     case TensorType::Q4_0:  // d, then 16 bytes of nibbles
     case TensorType::Q5_0:  // d, the fifth bits, then the nibbles
-      for (size_t b = 0, size = type == TensorType::Q4_0 ? 18 : 22; b < h.bytes.size(); b += size) {
+      for (size_t b = 0, size = size_t(type_traits(type).block_bytes); b < h.bytes.size(); b += size) {
         put_half(h.bytes.data() + b, value(rng) / 16.0f);
         for (size_t i = 2; i < size; ++i) h.bytes[b + i] = uint8_t(rng());
       }
