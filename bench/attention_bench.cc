@@ -8,7 +8,7 @@
 //
 //   attention_bench [--contexts 2048,4096,8192] [--percent 10] [--threads 2]
 //                   [--repeats 3] [--decode-steps 20] [--chunk 512] [--kv f16|f32]
-//                   [--clock wall|cpu] [--phases prefill,decode]
+//                   [--clock wall|cpu] [--phases prefill,decode] [--scoring sketch|exact]
 #include <omp.h>
 
 #include <algorithm>
@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
   double percent = 10;
   int threads = 2, repeats = 3, decode_steps = 20;
   int64_t chunk = 512;
-  std::string kv = "f16", clock = "wall";
+  std::string kv = "f16", clock = "wall", scoring = "sketch";
   std::vector<std::string> phases{"prefill", "decode"};
   app.add_option("--contexts", contexts, "context lengths")->delimiter(',');
   app.add_option("--percent", percent, "Kascade budget p");
@@ -192,6 +192,8 @@ int main(int argc, char** argv) {
   app.add_option("--kv", kv, "cache type")->check(CLI::IsMember({"f16", "f32"}));
   app.add_option("--clock", clock, "wall, or cpu (process CPU time)")
       ->check(CLI::IsMember({"wall", "cpu"}));
+  app.add_option("--scoring", scoring, "what anchors rank keys from at decode (the CPU engine's default: sketch)")
+      ->check(CLI::IsMember({"sketch", "exact"}));
   CLI11_PARSE(app, argc, argv);
   use_cpu_clock = clock == "cpu";
   try {
@@ -206,6 +208,7 @@ int main(int argc, char** argv) {
     options.sparse_phases = SparsePhases::Both;
     options.all_anchors = false;
     options.budget_percent = percent;
+    options.scoring = scoring == "sketch" ? Scoring::Sketch : Scoring::Exact;
     options.profile = default_profile(kShape);
     options.profile->anchors = scale_layers(std::vector<int>{0, 2, 8, 13, 14}, kShape.n_layers);
     auto kascade = make_strategy(options, kShape);
@@ -217,9 +220,9 @@ int main(int argc, char** argv) {
       kascade_types.push_back(l == 0 ? kLayer0 : anchor ? kAnchor : kReuse);
     }
     std::printf("shape: %d layers, %d heads, %d KV heads, head_dim %d; cache %s; %d threads; "
-                "p = %g%%, anchors %s; prefill in chunks of %lld\n",
+                "p = %g%%, anchors %s (%s scoring at decode); prefill in chunks of %lld\n",
                 kShape.n_layers, kShape.n_heads, kShape.n_kv_heads, kShape.head_dim, kv.c_str(),
-                threads, percent, fmt::format("{}", fmt::join(options.profile->anchors, ",")).c_str(),
+                threads, percent, fmt::format("{}", fmt::join(options.profile->anchors, ",")).c_str(), scoring.c_str(),
                 (long long)chunk);
     std::printf("\n%-7s %-8s %12s %12s %12s %12s %12s %12s %8s\n", "context", "phase",
                 "dense ms/L", "layer0 ms", "anchor ms", "reuse ms", "dense total", "kascade tot",

@@ -103,6 +103,10 @@ class KeySketch {
   int d_ = 0;
   int64_t n_blocks_ = 0;
   int groups() const { return (d_ + 7) / 8; }
+  // Blocks ahead of the one being scored whose ranges and codes dot_rows asks
+  // the cache for.
+  static constexpr int64_t kPrefetchBlocks = 2;
+  void prefetch_block(int h, int64_t b) const;
   // [kv head][block][d] each, and [kv head][block][run][groups()][16][4].
   std::vector<std::vector<float>> lo_, step_;
   std::vector<std::vector<uint8_t>> codes_;
