@@ -98,6 +98,12 @@ void dequantize_sketch_row(const SketchBlock& block, int d, int64_t row, float* 
 
 namespace {
 
+// One query row's integer weights for one block: score_j = bias + scale *
+// sum_c code_jc * weights[c], weights[0, round_up(d, 8)) zero past d.
+struct SketchWeights {
+  float bias = 0, scale = 0;
+};
+
 // Row r's int8 weights (r < kRows) for one block, at weights + r * padded.
 // The rows run interleaved so that each row's dependent sums (eight channels
 // at a time, then horizontally) overlap the others'; every row's arithmetic
@@ -158,12 +164,6 @@ void sketch_weights_rows(const float* q, int d, const float* lo, const float* st
 }
 
 }  // namespace
-
-SketchWeights sketch_weights(const float* q, const float* lo, const float* step, int d, int8_t* weights) {
-  SketchWeights w;
-  sketch_weights_rows<1>(q, d, lo, step, weights, (d + 7) / 8 * 8, &w);
-  return w;
-}
 
 template <typename T>
 void KeySketch::extend(std::span<const kernels::Rows<T>> keys, int64_t n_keys) {
