@@ -65,20 +65,6 @@ void axpy(float* y, const float* x, int64_t n, float a) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
-void axpy_rows(float* y, const float* x, int64_t ldx, int n_rows, const float* a, int64_t n, bool accumulate) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 sum = accumulate ? _mm256_loadu_ps(y + i) : _mm256_setzero_ps();
-    for (int r = 0; r < n_rows; ++r) sum = _mm256_fmadd_ps(_mm256_set1_ps(a[r]), _mm256_loadu_ps(x + r * ldx + i), sum);
-    _mm256_storeu_ps(y + i, sum);
-  }
-  for (; i < n; ++i) {
-    float sum = accumulate ? y[i] : 0.0f;
-    for (int r = 0; r < n_rows; ++r) sum += a[r] * x[r * ldx + i];
-    y[i] = sum;
-  }
-}
-
 static void scale(float* x, int64_t n, float a) {
   const __m256 va = _mm256_set1_ps(a);
   int64_t i = 0;

@@ -127,10 +127,6 @@ float exp2_sum(const float* x, int64_t n, float shift);
 void add_exp2(float* y, const float* x, int64_t n, float shift, bool max = false);
 // y[i] += a * x[i]
 void axpy(float* y, const float* x, int64_t n, float a);
-// y[i] = (accumulate ? y[i] : 0) + sum over rows r of a[r] * x[r * ldx + i],
-// one fma per row in row order: the bits of n_rows axpy calls (onto zeros
-// unless accumulating), reading and writing y once.
-void axpy_rows(float* y, const float* x, int64_t ldx, int n_rows, const float* a, int64_t n, bool accumulate);
 
 // ---------------------------------------------------------------------------
 // Online softmax state of one query row (log2 domain), shared by the dense,

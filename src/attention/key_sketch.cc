@@ -96,74 +96,41 @@ void dequantize_sketch_row(const SketchBlock& block, int d, int64_t row, float* 
   }
 }
 
-namespace {
-
-// One query row's integer weights for one block: score_j = bias + scale *
-// sum_c code_jc * weights[c], weights[0, round_up(d, 8)) zero past d.
-struct SketchWeights {
-  float bias = 0, scale = 0;
-};
-
-// Row r's int8 weights (r < kRows) for one block, at weights + r * padded.
-// The rows run interleaved so that each row's dependent sums (eight channels
-// at a time, then horizontally) overlap the others'; every row's arithmetic
-// is the one-row rule's, so the bits do not depend on kRows.
-template <int kRows>
-void sketch_weights_rows(const float* q, int d, const float* lo, const float* step, int8_t* weights, int padded,
-                         SketchWeights* out) {
-  __m256 bias8[kRows], largest8[kRows];
-  for (int r = 0; r < kRows; ++r) bias8[r] = largest8[r] = _mm256_setzero_ps();
+SketchWeights sketch_weights(const float* q, const float* lo, const float* step, int d, int8_t* weights) {
+  // Eight channels at a time, a scalar tail; |w| and q.lo in fp32.
+  __m256 bias8 = _mm256_setzero_ps(), largest8 = _mm256_setzero_ps();
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const int d8 = d / 8 * 8;
   for (int c = 0; c < d8; c += 8) {
-    const __m256 lo8 = _mm256_loadu_ps(lo + c), step8 = _mm256_loadu_ps(step + c);
-    for (int r = 0; r < kRows; ++r) {
-      const __m256 x = _mm256_loadu_ps(q + r * d + c);
-      bias8[r] = _mm256_fmadd_ps(x, lo8, bias8[r]);
-      largest8[r] = _mm256_max_ps(largest8[r], _mm256_andnot_ps(sign, _mm256_mul_ps(x, step8)));
-    }
+    const __m256 x = _mm256_loadu_ps(q + c);
+    bias8 = _mm256_fmadd_ps(x, _mm256_loadu_ps(lo + c), bias8);
+    largest8 = _mm256_max_ps(largest8, _mm256_andnot_ps(sign, _mm256_mul_ps(x, _mm256_loadu_ps(step + c))));
   }
-  // Channels to int8 with 32-bit lanes packed four registers at a time: the
-  // two saturating packs interleave 128-bit halves, the permute restores order.
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  for (int r = 0; r < kRows; ++r) {
-    const float* qr = q + r * d;
-    int8_t* w8 = weights + r * padded;
-    SketchWeights& w = out[r];
-    w.bias = ops::horizontal_sum(bias8[r]);
-    float largest = ops::horizontal_max(largest8[r]);
-    for (int c = d8; c < d; ++c) {
-      w.bias += qr[c] * lo[c];
-      largest = std::max(largest, std::abs(qr[c] * step[c]));
-    }
-    w.scale = 0;
-    if (largest == 0) {
-      std::fill(w8, w8 + padded, int8_t(0));
-      continue;
-    }
-    w.scale = largest / 127.0f;
-    const __m256 inverse = _mm256_set1_ps(127.0f / largest);
-    // Round to nearest even (the default MXCSR mode, as std::nearbyint).
-    const auto lanes = [&](int c) {
-      return _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(qr + c), _mm256_loadu_ps(step + c)), inverse));
-    };
-    int c = 0;
-    for (; c + 32 <= d8; c += 32) {
-      const __m256i low = _mm256_packs_epi32(lanes(c), lanes(c + 8));
-      const __m256i high = _mm256_packs_epi32(lanes(c + 16), lanes(c + 24));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w8 + c),
-                          _mm256_permutevar8x32_epi32(_mm256_packs_epi16(low, high), order));
-    }
-    for (; c < d8; c += 8) {
-      const __m256i i32 = lanes(c);
-      const __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(w8 + c), _mm_packs_epi16(i16, i16));
-    }
-    for (; c < padded; ++c) w8[c] = c < d ? int8_t(std::nearbyint(qr[c] * step[c] * (127.0f / largest))) : int8_t(0);
+  SketchWeights w;
+  w.bias = ops::horizontal_sum(bias8);
+  float largest = ops::horizontal_max(largest8);
+  for (int c = d8; c < d; ++c) {
+    w.bias += q[c] * lo[c];
+    largest = std::max(largest, std::abs(q[c] * step[c]));
   }
+  const int padded = (d + 7) / 8 * 8;
+  if (largest == 0) {
+    std::fill(weights, weights + padded, int8_t(0));
+    return w;
+  }
+  w.scale = largest / 127.0f;
+  const __m256 inverse = _mm256_set1_ps(127.0f / largest);
+  // Round to nearest even (the default MXCSR mode, as std::nearbyint).
+  for (int c = 0; c < d8; c += 8) {
+    const __m256i i32 =
+        _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(step + c)), inverse));
+    const __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(weights + c), _mm_packs_epi16(i16, i16));
+  }
+  for (int c = d8; c < padded; ++c)
+    weights[c] = c < d ? int8_t(std::nearbyint(q[c] * step[c] * (127.0f / largest))) : int8_t(0);
+  return w;
 }
-
-}  // namespace
 
 template <typename T>
 void KeySketch::extend(std::span<const kernels::Rows<T>> keys, int64_t n_keys) {
@@ -227,26 +194,18 @@ namespace {
 struct BlockWeights {
   int padded = 0;
   std::vector<int8_t> weights;
-  std::vector<SketchWeights> rows;
+  std::vector<float> bias, scale;
 
-  BlockWeights(int64_t n_rows, int d)
-      : padded((d + 7) / 8 * 8), weights(size_t(n_rows * padded)), rows(size_t(n_rows)) {}
-
-  void prepare(const float* q, const SketchBlock& block, int d) {
-    const int64_t n_rows = int64_t(rows.size());
-    int64_t r = 0;
-    for (; r + 4 <= n_rows; r += 4) fill<4>(q, r, block, d);
-    switch (n_rows - r) {
-      case 3: fill<3>(q, r, block, d); break;
-      case 2: fill<2>(q, r, block, d); break;
-      case 1: fill<1>(q, r, block, d); break;
-      default: break;
+  void prepare(const float* q, int64_t n_rows, const SketchBlock& block, int d) {
+    padded = (d + 7) / 8 * 8;
+    weights.resize(size_t(n_rows * padded));
+    bias.resize(size_t(n_rows));
+    scale.resize(size_t(n_rows));
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const SketchWeights w = sketch_weights(q + r * d, block.lo, block.step, d, weights.data() + r * padded);
+      bias[size_t(r)] = w.bias;
+      scale[size_t(r)] = w.scale;
     }
-  }
-  template <int kRows>
-  void fill(const float* q, int64_t r0, const SketchBlock& block, int d) {
-    sketch_weights_rows<kRows>(q + r0 * d, d, block.lo, block.step, weights.data() + r0 * padded, padded,
-                               rows.data() + r0);
   }
   // Four consecutive weights of row r from channel c, as one 32-bit lane.
   int32_t quad(int64_t r, int c) const {
@@ -281,8 +240,8 @@ void score_8_keys(const uint8_t* grouped, int groups, int64_t key8, const BlockW
     for (int r = 0; r < kRows; ++r) acc32[r] = _mm256_add_epi32(acc32[r], _mm256_madd_epi16(acc16[r], ones));
   }
   for (int r = 0; r < kRows; ++r)
-    out[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc32[r]), _mm256_set1_ps(w.rows[size_t(r0 + r)].scale),
-                             _mm256_set1_ps(w.rows[size_t(r0 + r)].bias));
+    out[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc32[r]), _mm256_set1_ps(w.scale[size_t(r0 + r)]),
+                             _mm256_set1_ps(w.bias[size_t(r0 + r)]));
 }
 
 // Keys [j0, j1) of one block (block-relative) for rows [r0, r0 + kRows).
@@ -329,7 +288,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void score_block_rows_vnn
     const int64_t from = std::max(key16, j0), to = std::min(key16 + 16, j1);
     for (int r = 0; r < kRows; ++r) {
       const __m512 out = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(__mmask16(0xffff), acc[r]),
-                                         _mm512_set1_ps(w.rows[size_t(r0 + r)].scale), _mm512_set1_ps(w.rows[size_t(r0 + r)].bias));
+                                         _mm512_set1_ps(w.scale[size_t(r0 + r)]), _mm512_set1_ps(w.bias[size_t(r0 + r)]));
       float* row = s + (r0 + r) * lds;
       if (from == key16 && to == key16 + 16) {
         _mm512_storeu_ps(row + key16 - j0, out);
@@ -361,31 +320,14 @@ SketchIsa best_sketch_isa() {
   return best;
 }
 
-void KeySketch::prefetch_block(int h, int64_t b) const {
-  const auto lines = [](const void* p, int64_t bytes) {
-    for (int64_t offset = 0; offset < bytes; offset += 64)
-      _mm_prefetch(static_cast<const char*>(p) + offset, _MM_HINT_T0);
-  };
-  const SketchBlock block = params(h, b);
-  lines(block.lo, d_ * int64_t(sizeof(float)));
-  lines(block.step, d_ * int64_t(sizeof(float)));
-  const int64_t block_bytes = int64_t(groups()) * kSketchBlock * 4;
-  lines(codes_[size_t(h)].data() + b * block_bytes, block_bytes);
-}
-
 void KeySketch::dot_rows(const float* q, int64_t n_rows, int h, int64_t first, int64_t count, float* s,
                          int64_t lds, SketchIsa isa) const {
   if (isa == SketchIsa::Avx512Vnni && best_sketch_isa() != SketchIsa::Avx512Vnni)
     fail("key sketch: this CPU has no AVX-512 VNNI");
-  if (count <= 0) return;
-  BlockWeights weights(n_rows, d_);
+  BlockWeights weights;
   const int64_t block_bytes = int64_t(groups()) * kSketchBlock * 4;
-  const int64_t last_block = (first + count - 1) / kSketchBlock;
-  for (int64_t b = first / kSketchBlock; b <= last_block; ++b) {
-    // The sketch of a layer is out of cache by the next step: ask for a later
-    // block's ranges and codes while this one is scored.
-    if (b + kPrefetchBlocks <= last_block) prefetch_block(h, b + kPrefetchBlocks);
-    weights.prepare(q, params(h, b), d_);
+  for (int64_t b = first / kSketchBlock; b * kSketchBlock < first + count; ++b) {
+    weights.prepare(q, n_rows, params(h, b), d_);
     const uint8_t* grouped = codes_[size_t(h)].data() + b * block_bytes;
     const int64_t j0 = std::max(first, b * kSketchBlock) - b * kSketchBlock;
     const int64_t j1 = std::min(first + count, (b + 1) * kSketchBlock) - b * kSketchBlock;

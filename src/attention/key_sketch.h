@@ -16,11 +16,11 @@
 //
 // The CPU scores a block in integers: per query row q and block it rounds
 // the weights w_c = q_c * step_c to int8 (scale = max_c |w_c| / 127) and
-// sums code * weight exactly, so score = q.lo + scale * sum_c code_c w8_c;
-// u8 x s8 products run at four times the rate of fp32 FMAs. The GPU splits
-// the score the same way on its tensor cores: per block the weights
-// q_c * step_c in the cache's element type and q.lo in fp32, the codes exact
-// as B fragments (cuda/decode.cu, SketchScorer); both are checked
+// sums code * weight exactly, so score = q.lo + scale * sum_c code_c w8_c
+// (sketch_weights); u8 x s8 products run at four times the rate of fp32
+// FMAs. The GPU splits the score the same way on its tensor cores: per block
+// the weights q_c * step_c in the cache's element type and q.lo in fp32, the
+// codes exact as B fragments (cuda/decode.cu, SketchScorer); both are checked
 // against the dequantized keys' dot products.
 //
 // Only complete blocks are sketched: a decode step with N keys scores keys
@@ -59,6 +59,13 @@ void sketch_block(kernels::Rows<T> keys, int d, float* lo, float* step, uint8_t*
 // The sketched key of `position` (block-relative) as floats: lo + code * step.
 void dequantize_sketch_row(const SketchBlock& block, int d, int64_t row, float* out);
 
+// One query row's integer weights for one block: score_j = bias + scale *
+// sum_c code_jc * weights[c]. Writes weights[0, round_up(d, 8)), zero past d.
+struct SketchWeights {
+  float bias = 0, scale = 0;
+};
+SketchWeights sketch_weights(const float* q, const float* lo, const float* step, int d, int8_t* weights);
+
 // The scorer's instruction set: AVX2 everywhere, AVX-512 VNNI where the CPU
 // has it (the same int32 sums, the same output bits).
 enum class SketchIsa { Avx2, Avx512Vnni };
@@ -87,7 +94,7 @@ class KeySketch {
   void dequantize(int kv_head, int64_t position, float* out) const;
   // Raw scores (log2 units, as kernels::dot_rows) of the packed query rows q
   // [n_rows][d] against keys [first, first + count) of KV head h, all
-  // sketched, by the integer rule above (weights per row and block).
+  // sketched, by the integer rule above (sketch_weights per row and block).
   void dot_rows(const float* q, int64_t n_rows, int h, int64_t first, int64_t count, float* s, int64_t lds,
                 SketchIsa isa = best_sketch_isa()) const;
 
@@ -96,10 +103,6 @@ class KeySketch {
   int d_ = 0;
   int64_t n_blocks_ = 0;
   int groups() const { return (d_ + 7) / 8; }
-  // Blocks ahead of the one being scored whose ranges and codes dot_rows asks
-  // the cache for.
-  static constexpr int64_t kPrefetchBlocks = 2;
-  void prefetch_block(int h, int64_t b) const;
   // [kv head][block][d] each, and [kv head][block][run][groups()][16][4].
   std::vector<std::vector<float>> lo_, step_;
   std::vector<std::vector<uint8_t>> codes_;

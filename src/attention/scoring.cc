@@ -90,12 +90,8 @@ void DecodeScorer::score(std::span<const GroupQueries> groups,
   const bool dense = !outputs.empty();
   const bool all_heads = mode == PoolMode::AllHeadsSum || mode == PoolMode::AllHeadsMax;
   const int n_pools = all_heads ? 1 : mode == PoolMode::PerQueryHead ? n_groups * g : n_groups;
-  // Pools that sum whole groups of rows with one weight per row are written
-  // by the pooling pass itself (kernels::axpy_rows); the others start here.
-  const bool row_weighted = !(post && dense) && mode != PoolMode::AllHeadsMax && mode != PoolMode::PerQueryHead;
   const float init = mode == PoolMode::AllHeadsMax && !post ? kNegInf : 0.0f;
-  if (!row_weighted)
-    for (int p = 0; p < n_pools; ++p) std::fill(pooled + p * ld, pooled + p * ld + n_keys, init);
+  for (int p = 0; p < n_pools; ++p) std::fill(pooled + p * ld, pooled + p * ld + n_keys, init);
 
   float* q = queries_.get(int64_t(n_groups) * g * d);
   for (int h = 0; h < n_groups; ++h) kernels::pack_queries(groups[h], d, q + int64_t(h) * g * d);
@@ -112,7 +108,6 @@ void DecodeScorer::score(std::span<const GroupQueries> groups,
 #pragma omp parallel
   {
     kernels::Scratch block_scores;
-    std::vector<float> row_weights(static_cast<size_t>(g));
     // Scores and each split's softmax state; with a dense output, the split's
     // attention too (the dense decode's arithmetic, so the same output bits).
 #pragma omp for schedule(dynamic, 1)
@@ -179,16 +174,6 @@ void DecodeScorer::score(std::span<const GroupQueries> groups,
       const int64_t count = std::min(split_keys, n_keys - begin);
       const int h_begin = all_heads ? 0 : int(item / n_splits);
       const int h_end = all_heads ? n_groups : h_begin + 1;
-      if (row_weighted) {
-        // post: each row holds exp2(s - max), scaled by 2^(max - lse2); pre: s * ln 2.
-        for (int h = h_begin; h < h_end; ++h) {
-          for (int r = 0; r < g; ++r)
-            row_weights[size_t(r)] = post ? std::exp2(row_max_[size_t(h * g + r)] - row_lse2_[h * g + r]) : kLn2;
-          kernels::axpy_rows(pooled + (all_heads ? 0 : h) * ld + begin, scores + int64_t(h) * g * lds + begin, lds, g,
-                             row_weights.data(), count, h != h_begin);
-        }
-        continue;
-      }
       for (int h = h_begin; h < h_end; ++h)
         for (int r = 0; r < g; ++r) {
           const float* row = scores + (int64_t(h) * g + r) * lds + begin;
