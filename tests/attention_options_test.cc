@@ -71,6 +71,12 @@ TEST(AttentionOptions, BadOptionsRaiseErrors) {
   o.all_anchors = true;
   EXPECT_NE(error_of(o).find("refined reuse (refine factor 3) needs reuse"), std::string::npos);
   o = named("kascade");
+  o.select_every = 4;
+  o.all_anchors = false;
+  EXPECT_NE(error_of(o).find("--select-every 4 needs every layer selecting"), std::string::npos);
+  o.all_anchors = true;
+  EXPECT_EQ(error_of(o), "");
+  o = named("kascade");
   o.dense_layers = std::vector<int>{0, 6};
   EXPECT_NE(error_of(o).find("layer 6 outside [0, 6)"), std::string::npos);
   o = named("omnikv");
@@ -117,6 +123,9 @@ TEST(AttentionOptions, SettingsParseAndRefuse) {
   EXPECT_NE(setting_error("min-k", "0").find("[1, 2^30]"), std::string::npos);
   EXPECT_NE(setting_error("min-k", "1.5").find("whole number"), std::string::npos);
   EXPECT_NE(setting_error("refine", "65").find("[1, 64]"), std::string::npos);
+  EXPECT_NE(setting_error("select-every", "0").find("[1, 65536]"), std::string::npos);
+  set_attention_option(o, "select-every", "8");
+  EXPECT_EQ(o.select_every, 8);
   EXPECT_NE(setting_error("reuse", "yes").find("true or false"), std::string::npos);
   EXPECT_NE(setting_error("sparse-phases", "all").find("both, decode or prefill"), std::string::npos);
   EXPECT_NE(setting_error("window-fraction", "2").find("[0, 1]"), std::string::npos);

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <random>
 #include <set>
@@ -497,6 +498,7 @@ struct KascadeSettings {
   bool all_anchors = false, own_tile_in_budget = false;
   int refine = 1;  // c; refined reuse when > 1
   bool sketch = false;  // decode anchors (not dense ones) score from the key sketch
+  int every = 1;        // decode anchors select at one step in `every` and hold the sets between
 };
 
 // Kascade (KASCADE.md): anchors pool and select, reuse layers read the last
@@ -520,6 +522,26 @@ class KascadeRef : public Reference {
     const std::vector<RefUnit> units = ref_units(step, k_.tile);
     const bool anchor = k_.all_anchors || std::count(k_.anchors.begin(), k_.anchors.end(), l) > 0;
     n_pools_ = k_.all_heads ? 1 : s.n_kv_heads;
+    // A held step attends the layer's last selection S, S shifted by the
+    // steps since (only keys before the selecting step's), and every key
+    // added since; a selecting decode step's sets are held after the check below.
+    const bool holds = anchor && !k_.dense.count(l) && k_.every > 1 && step.phase == Phase::Decode &&
+                       step.n_queries == 1;
+    Held& held = held_[l];
+    const int64_t n_keys = step.first_position + 1, age = n_keys - held.selected_keys;
+    if (holds && !held.sets.empty() && held.n_keys == n_keys - 1 && age < k_.every) {
+      held.n_keys = n_keys;
+      for (int head = 0; head < s.n_heads; ++head) {
+        std::set<int32_t> kept;
+        for (const int32_t key : held.sets[k_.all_heads ? 0 : head / g]) {
+          kept.insert(key);
+          if (key + age < held.selected_keys) kept.insert(int32_t(key + age));
+        }
+        for (int64_t key = held.selected_keys; key < n_keys; ++key) kept.insert(int32_t(key));
+        keys[head].assign(kept.begin(), kept.end());
+      }
+      return;
+    }
     if (anchor) select(p, step, units);
     if (k_.dense.count(l)) return;
     const bool refined = !anchor && k_.refine > 1;
@@ -549,6 +571,7 @@ class KascadeRef : public Reference {
           }
           add_own_tile(units[u], position, out);
         }
+    if (holds) held = {n_keys, n_keys, own_};
   }
 
  private:
@@ -656,7 +679,13 @@ class KascadeRef : public Reference {
       }
   }
 
+  struct Held {
+    int64_t selected_keys = 0, n_keys = 0;
+    std::vector<std::vector<int32_t>> sets;  // [pool]: the selection
+  };
+
   KascadeSettings k_;
+  std::map<int, Held> held_;  // [layer]
   int n_pools_ = 1;
   // The current anchor's [unit][pool] sets: its own, and the refinement candidates.
   std::vector<std::vector<int32_t>> own_, candidates_;

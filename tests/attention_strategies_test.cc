@@ -99,6 +99,7 @@ reference::KascadeSettings settings(const AttentionOptions& o, const KascadeProf
   s.own_tile_in_budget = o.own_tile_in_budget;
   s.refine = o.refine_factor;
   s.sketch = o.scoring == Scoring::Sketch;
+  s.every = o.select_every;
   return s;
 }
 
@@ -167,6 +168,26 @@ TEST(AttentionStrategies, KascadeRefinedReuseMatchesReference) {
     auto fast = make_strategy(o, c.shape);
     reference::KascadeRef ref(settings(o, *o.profile));
     run(*fast, ref, c, 8, std::string("kascade refine 3 ") + c.label);
+  }
+}
+
+// The defaults (decode-only, every layer selecting) with a selection held
+// for 3 or 4 steps: held steps attend the last selection plus the keys added
+// since, which differs from a fresh selection, so holding too often, too
+// rarely or with the wrong keys fails the comparison.
+TEST(AttentionStrategies, KascadeHeldSelectionsMatchReference) {
+  for (const Case& c : cases()) {
+    for (const int every : {3, 4}) {
+      AttentionOptions o = options("kascade", c);
+      const AttentionOptions defaults;
+      o.sparse_phases = defaults.sparse_phases, o.all_anchors = defaults.all_anchors;
+      o.select_every = every;
+      o.scoring = every == 4 ? Scoring::Sketch : Scoring::Exact;
+      o.profile = default_profile(c.shape);
+      auto fast = make_strategy(o, c.shape);
+      reference::KascadeRef ref(settings(o, *o.profile));
+      run(*fast, ref, c, 21, fmt::format("kascade every {} {}", every, c.label));
+    }
   }
 }
 

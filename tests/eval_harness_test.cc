@@ -66,6 +66,8 @@ TEST(EvalStrategySpec, ParsesVariants) {
   EXPECT_EQ(s.options.scoring, Scoring::Sketch);
   EXPECT_EQ(s.options.sparse_from, 4096);
   EXPECT_EQ(parse_strategy_spec("kascade-exact-scoring", 10).options.scoring, Scoring::Exact);
+  EXPECT_EQ(parse_strategy_spec("kascade-every4", 10).options.select_every, 4);
+  EXPECT_EQ(parse_strategy_spec("kascade", 10).options.select_every, 1);
 }
 
 TEST(EvalStrategySpec, RejectsUnknownNames) {
@@ -74,7 +76,8 @@ TEST(EvalStrategySpec, RejectsUnknownNames) {
                           "kascade-refine1", "kascade-refine3-refine2", "omnikv-refine3", "kascade-sparse-prefill-prefill-only",
                           "kascade-mink0", "dense-mink8", "quest-reuse", "kascade-refine", "kascade-decode-only",
                           "kascade-reuse-reuse", "dense-sketch-scoring", "kascade-from", "kascade-sketch-scoring-sketch-scoring",
-                          "kascade-sketch-scoring-exact-scoring"})
+                          "kascade-sketch-scoring-exact-scoring", "kascade-every1", "kascade-every", "dense-every4",
+                          "quest-every2", "kascade-every2-every3"})
     EXPECT_THROW(parse_strategy_spec(bad, 10), Error) << bad;
 }
 

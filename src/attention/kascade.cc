@@ -42,7 +42,8 @@ class KascadeStrategy final : public Strategy {
         exact_(shape),
         selector_(shape),
         refiner_(shape),
-        sketches_(size_t(shape.n_layers), KeySketch(shape.n_kv_heads, shape.head_dim)) {}
+        sketches_(size_t(shape.n_layers), KeySketch(shape.n_kv_heads, shape.head_dim)),
+        held_(size_t(shape.n_layers)) {}
 
   std::string_view name() const override { return method_name(Method::Kascade); }
   int64_t prefill_alignment() const override { return plan_.prefill_alignment(); }
@@ -50,12 +51,14 @@ class KascadeStrategy final : public Strategy {
   void reset() override {
     selected_ = {};
     for (KeySketch& sketch : sketches_) sketch.clear();
+    for (HeldSets& held : held_) held = {};
   }
 
   void forward(const Step& step) override {
     check_step(shape_, step);
     const LayerPlan& layer = plan_.layer(step.phase, step.layer, step.first_position + step.n_queries);
     last_layer_ = &layer;
+    layer_index_ = step.layer;
     last_sets_ = Sets::None;
     extend_sketch(step);
     if (layer.action == LayerAction::Dense) {
@@ -68,8 +71,13 @@ class KascadeStrategy final : public Strategy {
         select(step, true, nullptr);  // its dense output comes with the selection
         return;
       case LayerAction::Anchor:
+        if (hold(step)) {
+          last_sets_ = Sets::Held;
+          break;
+        }
         select(step, false, layer.sketch ? &sketches_[size_t(step.layer)] : nullptr);
         last_sets_ = refining() ? Sets::AnchorInner : Sets::Anchor;
+        keep_for_later(step);
         break;
       case LayerAction::Reuse:
         require_anchor(step, layer.anchor);
@@ -101,7 +109,60 @@ class KascadeStrategy final : public Strategy {
     Anchor,       // the anchor's sets through the layer's pools (an anchor's own, or reused)
     AnchorInner,  // an anchor's own top budget inside its refinement candidates
     Refined,      // the refiner's sets
+    Held,         // the layer's earlier selection, shifted, plus the keys added since (hold())
   };
+
+  // A selecting layer's decode sets, kept for the select_every - 1 steps
+  // after the step that selected them.
+  struct HeldSets {
+    int64_t selected_keys = 0;  // keys the selecting step saw
+    int64_t n_keys = 0;         // keys the last step that attended them saw
+    std::vector<std::vector<int32_t>> selected;  // [pool], ascending
+    std::vector<std::vector<int32_t>> attended;  // [pool], ascending: the last step's keys
+  };
+
+  // At a one-query decode step right after this layer's last one, within
+  // select_every steps of its selection, attends the held keys instead of
+  // selecting: the selection S, S shifted by the steps since (a head that
+  // copies text moves one key per step), and every key added since.
+  bool hold(const Step& step) {
+    HeldSets& held = held_[size_t(step.layer)];
+    const int64_t n_keys = step.first_position + step.n_queries;
+    const int64_t age = n_keys - held.selected_keys;
+    if (step.phase != Phase::Decode || step.n_queries != 1 || held.selected.empty() || held.n_keys != n_keys - 1 ||
+        age >= plan_.options().select_every)
+      return false;
+    for (size_t p = 0; p < held.selected.size(); ++p) {
+      const std::vector<int32_t>& selected = held.selected[p];
+      std::vector<int32_t>& keys = held.attended[p];
+      keys.clear();
+      auto shifted = selected.begin();
+      for (const int32_t key : selected) {
+        for (; shifted != selected.end() && *shifted + age < key; ++shifted)
+          keys.push_back(int32_t(*shifted + age));
+        if (shifted != selected.end() && *shifted + age == key) ++shifted;
+        keys.push_back(key);
+      }
+      for (; shifted != selected.end() && *shifted + age < held.selected_keys; ++shifted)
+        keys.push_back(int32_t(*shifted + age));
+      for (int64_t key = held.selected_keys; key < n_keys; ++key) keys.push_back(int32_t(key));
+    }
+    held.n_keys = n_keys;
+    return true;
+  }
+
+  // Keeps a decode step's fresh sets for the steps that hold them.
+  void keep_for_later(const Step& step) {
+    HeldSets& held = held_[size_t(step.layer)];
+    held = {};
+    if (plan_.options().select_every <= 1 || step.phase != Phase::Decode || step.n_queries != 1) return;
+    held.selected_keys = held.n_keys = step.first_position + 1;
+    for (int p = 0; p < selector_.n_pools(); ++p) {
+      const std::span<const int32_t> set = selector_.set(0, p);
+      held.selected.emplace_back(set.begin(), set.end());
+    }
+    held.attended.resize(held.selected.size());
+  }
 
   bool refining() const { return plan_.candidate_factor() > 1; }
 
@@ -121,6 +182,7 @@ class KascadeStrategy final : public Strategy {
     switch (last_sets_) {
       case Sets::AnchorInner: return selector_.inner_set(unit, pool);
       case Sets::Refined: return refiner_.set(unit, h);
+      case Sets::Held: return held_[size_t(layer_index_)].attended[size_t(pool)];
       default: return selector_.set(unit, pool);
     }
   }
@@ -179,7 +241,9 @@ class KascadeStrategy final : public Strategy {
   std::vector<Unit> units_;
   Selected selected_;
   std::vector<KeySketch> sketches_;  // [layer]: what sketch-scoring anchors rank keys from
+  std::vector<HeldSets> held_;       // [layer]: decode sets kept between selections
   const LayerPlan* last_layer_ = nullptr;
+  int layer_index_ = 0;
   Sets last_sets_ = Sets::None;
 };
 

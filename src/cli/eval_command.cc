@@ -114,7 +114,7 @@ void register_eval(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--strategies", args->strategies,
                   "Comma-separated strategies: NAME[-p<percent>][-mink<keys>][-reuse][-sparse-prefill|-prefill-only]"
-                  "[-refine<c>][-sketch-scoring|-exact-scoring][-from<keys>]"
+                  "[-refine<c>][-sketch-scoring|-exact-scoring][-from<keys>][-every<steps>]"
                   "[-all-heads-pooled|-no-remap|-pre-softmax-pooling|-fixed-budget|-own-tile-in-budget], "
                   "e.g. dense,kascade,kascade-reuse-sparse-prefill (the paper's method),omnikv,quest")
       ->capture_default_str();

@@ -346,6 +346,7 @@ void CudaBackend::check_supported(const Plan& plan) const {
                             : o.pre_softmax_pooling ? "--pre-softmax-pooling"
                             : o.fixed_budget        ? "--fixed-budget"
                             : o.own_tile_in_budget  ? "--own-tile-in-budget"
+                            : o.select_every > 1    ? "--select-every"
                                                     : nullptr;
   if (unsupported) fail("Kascade with {} runs on the CPU only (--device cpu)", unsupported);
   if (o.tile < 1 || o.tile > 1024) fail("the GPU's Kascade tile must be in [1, 1024], got {}", o.tile);

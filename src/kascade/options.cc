@@ -114,6 +114,13 @@ const AttentionSetting kSettings[] = {
        if (v == "engine") return o.sparse_from.reset();
        o.sparse_from = number_in<int64_t>(name, v, 0, int64_t(1) << 31, "[0, 2^31]");
      }},
+    {"select-every", SettingKind::Integer,
+     "Kascade: a selecting layer ranks keys at one decode step in N and in between attends its last selection plus "
+     "the keys added since (1: every step)",
+     true, {}, [](const AttentionOptions& o) { return text_of(o.select_every); },
+     [](AttentionOptions& o, std::string_view name, std::string_view v) {
+       o.select_every = number_in<int>(name, v, 1, 1 << 16, "[1, 65536]");
+     }},
     {"all-heads-pooled", SettingKind::Switch, "Kascade ablation: one index set for all KV heads", true, kSwitchValues,
       [](const AttentionOptions& o) { return text_of(o.all_heads_pooled); },
      [](AttentionOptions& o, std::string_view name, std::string_view v) { o.all_heads_pooled = switch_value(name, v); }},
@@ -169,6 +176,7 @@ constexpr Suffix kSuffixes[] = {
     {"exact-scoring", "scoring", "exact", true},
     {"refine", "refine", "", true, 2},
     {"from", "sparse-from", "", true},
+    {"every", "select-every", "", true, 2},
     {"mink", "min-k", "", false},
     {"p", "budget", "", false},
 };
@@ -269,6 +277,11 @@ void validate_attention(const AttentionOptions& options, const Shape& shape) {
     fail("refined reuse (refine factor {}) needs reuse (--reuse; in eval: kascade-reuse-refine{}): by default "
          "every layer is an anchor",
          options.refine_factor, options.refine_factor);
+  if (options.select_every < 1) fail("select-every {} must be at least 1", options.select_every);
+  if (options.kascade() && options.select_every > 1 && !options.all_anchors)
+    fail("--select-every {} needs every layer selecting: reuse layers (--reuse) read their anchor's sets of the "
+         "same step",
+         options.select_every);
   if (options.sink_tokens < 0) fail("sink tokens {} must not be negative", options.sink_tokens);
   if (options.page_size <= 0) fail("page size {} must be positive", options.page_size);
   check_fraction(options.window_fraction, "window fraction");

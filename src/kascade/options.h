@@ -53,6 +53,14 @@
 //                        top budget exactly; exact: from the fp16 keys;
 //                        unset: the engine's measured choice.
 //   sparse_from          decode steps with fewer keys attend densely.
+//   select_every S > 1   a selecting layer ranks keys at one decode step in
+//                        S; at the S - 1 steps after it, it attends its
+//                        selection, the selection shifted by the steps since
+//                        (a head copying text moves one key a step) and every
+//                        key added since (Recycled Attention's and
+//                        TokenSelect's observation: consecutive decode queries
+//                        want mostly the same keys). Up to twice the budget.
+//                        Needs every layer selecting (no reuse).
 // The defaults, decode-only with every layer an anchor, are what kept dense
 // accuracy on real models at p = 10 (docs/accuracy.md): cross-layer reuse
 // (all_anchors = false) and sparse prefill lost needles on them.
@@ -114,6 +122,8 @@ struct AttentionOptions {
   // path costs more than it saves); unset: the engine's measured break-even
   // (the GPU's also counts the keys of the whole batch, gpu/backend.h).
   std::optional<int64_t> sparse_from;
+  // Decode steps per selection of a selecting layer (1: it selects at every step).
+  int select_every = 1;
 
   // Layers attended densely; unset: kascade/oracle-topk {0}, quest {0, 1}.
   std::optional<std::vector<int>> dense_layers;
@@ -169,6 +179,7 @@ void set_attention_option(AttentionOptions& options, std::string_view name, std:
 //   -sketch-scoring        Kascade: selecting layers rank keys from the 4-bit key sketch
 //   -exact-scoring         Kascade: ... from the fp16 keys (default: the engine's choice)
 //   -from<keys>            Kascade: sparse decode from this many keys on
+//   -every<steps>          Kascade: selecting layers rank keys at one decode step in this many
 //   -sparse-prefill        Kascade: sparse prefill too (default: dense prefill)
 //   -prefill-only          Kascade: sparse prefill, dense decode
 // e.g. dense, kascade, kascade-p5, kascade-reuse-sparse-prefill (the paper's
