@@ -85,6 +85,19 @@ GroupView view(const Problem& p, int h, int64_t first, int64_t n) {
   return {q, p.key(0, h, 0), p.value(0, h, 0), p.d()};
 }
 
+// S = {0, 3, 4, 9} selected at 10 keys, held 2 steps later (12 keys): S,
+// S + 2 below 10 ({2, 5, 6}; 11 comes with the new keys), then 10 and 11.
+TEST(AttentionOps, HeldKeysMergeSelectionShiftAndNewKeys) {
+  const std::vector<int32_t> selected{0, 3, 4, 9};
+  std::vector<int32_t> keys{42};  // overwritten
+  held_keys(selected, 10, 12, keys);
+  EXPECT_EQ(keys, (std::vector<int32_t>{0, 2, 3, 4, 5, 6, 9, 10, 11}));
+  held_keys(selected, 10, 11, keys);  // one step: 4 = 3 + 1 is kept once
+  EXPECT_EQ(keys, (std::vector<int32_t>{0, 1, 3, 4, 5, 9, 10}));
+  held_keys({}, 10, 13, keys);
+  EXPECT_EQ(keys, (std::vector<int32_t>{10, 11, 12}));
+}
+
 TEST(AttentionOps, RowLseAndPooledScores) {
   for (const Shape& shape : {Shape{1, 6, 2, 64}, Shape{1, 8, 1, 128}, Shape{1, 3, 3, 40}}) {
     const Problem p = reference::make_problem(shape, 300, KvType::F32, 3, 2.5);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "attention/exact.h"
+#include "attention/kascade_ops.h"
 #include "attention/selection.h"
 #include "attention/strategy_impl.h"
 #include "core/error.h"
@@ -122,9 +123,9 @@ class KascadeStrategy final : public Strategy {
   };
 
   // At a one-query decode step right after this layer's last one, within
-  // select_every steps of its selection, attends the held keys instead of
-  // selecting: the selection S, S shifted by the steps since (a head that
-  // copies text moves one key per step), and every key added since.
+  // select_every steps of its selection, attends held_keys (kascade_ops.h)
+  // instead of selecting: the selection, the selection shifted by the steps
+  // since (a head that copies text moves one key per step), the new keys.
   bool hold(const Step& step) {
     HeldSets& held = held_[size_t(step.layer)];
     const int64_t n_keys = step.first_position + step.n_queries;
@@ -132,21 +133,8 @@ class KascadeStrategy final : public Strategy {
     if (step.phase != Phase::Decode || step.n_queries != 1 || held.selected.empty() || held.n_keys != n_keys - 1 ||
         age >= plan_.options().select_every)
       return false;
-    for (size_t p = 0; p < held.selected.size(); ++p) {
-      const std::vector<int32_t>& selected = held.selected[p];
-      std::vector<int32_t>& keys = held.attended[p];
-      keys.clear();
-      auto shifted = selected.begin();
-      for (const int32_t key : selected) {
-        for (; shifted != selected.end() && *shifted + age < key; ++shifted)
-          keys.push_back(int32_t(*shifted + age));
-        if (shifted != selected.end() && *shifted + age == key) ++shifted;
-        keys.push_back(key);
-      }
-      for (; shifted != selected.end() && *shifted + age < held.selected_keys; ++shifted)
-        keys.push_back(int32_t(*shifted + age));
-      for (int64_t key = held.selected_keys; key < n_keys; ++key) keys.push_back(int32_t(key));
-    }
+    for (size_t p = 0; p < held.selected.size(); ++p)
+      held_keys(held.selected[p], held.selected_keys, n_keys, held.attended[p]);
     held.n_keys = n_keys;
     return true;
   }

@@ -136,6 +136,20 @@ void sparse_attention(const GroupQueries& queries, const KeyValueRows& kv, int h
                KeyList{list.data(), 0, int64_t(list.size())}, head_dim, out, scratch);
 }
 
+void held_keys(std::span<const int32_t> selected, int64_t selected_keys, int64_t n_keys, std::vector<int32_t>& keys) {
+  const int64_t age = n_keys - selected_keys;
+  keys.clear();
+  // Merge S with S + age (both ascending), then the new keys.
+  auto shifted = selected.begin();
+  for (const int32_t key : selected) {
+    for (; shifted != selected.end() && *shifted + age < key; ++shifted) keys.push_back(int32_t(*shifted + age));
+    if (shifted != selected.end() && *shifted + age == key) ++shifted;
+    keys.push_back(key);
+  }
+  for (; shifted != selected.end() && *shifted + age < selected_keys; ++shifted) keys.push_back(int32_t(*shifted + age));
+  for (int64_t key = selected_keys; key < n_keys; ++key) keys.push_back(int32_t(key));
+}
+
 void dense_attention(const GroupQueries& queries, const KeyValueRows& kv, int head_dim,
                      const GroupOutput& out) {
   ThreadScratch scratch;

@@ -72,6 +72,13 @@ TileIndexSets anchor_prefill(const GroupQueries& queries, const float* keys, int
 int64_t anchor_decode(const GroupQueries& queries, const float* keys, int64_t key_stride,
                       int head_dim, const SelectionRule& rule, int32_t* indices);
 
+// The keys a held decode step attends (AttentionOptions::select_every): the
+// selection S made when the sequence had selected_keys keys, S shifted by the
+// steps since (n_keys - selected_keys; shifted keys from selected_keys on are
+// dropped, they come next), and every key added since, [selected_keys,
+// n_keys). Ascending, each key once.
+void held_keys(std::span<const int32_t> selected, int64_t selected_keys, int64_t n_keys, std::vector<int32_t>& keys);
+
 // Attention of the group's rows restricted to the keys in `indices`, softmax
 // renormalised over that set, plus, when own_tile is set (prefill), the tile's
 // own keys [first_position, first_position + t] causally (then every index must
