@@ -42,9 +42,7 @@ constexpr int64_t kMinSketchKeysPerSplit = 256;
 // the anchor's raw scores one row per head at every batch, =keys forces
 // key-major; KASCADE_MIN_SPLIT_KEYS overrides the dense split floor;
 // KASCADE_DECODE_PDL=0 launches every decode kernel plainly (no programmatic
-// dependent launches); KASCADE_SCORE_SPLITS=wave lets score-only passes fill
-// one wave (plan_splits); KASCADE_MIN_POOLED_SEGMENT overrides the pooled
-// selection's shortest segment (decode.cu, launch_pooled_select_decode).
+// dependent launches).
 int score_layout_override() {  // 0: by batch, 1: rows, 2: keys
   static const int layout = [] {
     const char* value = std::getenv("KASCADE_SCORE_LAYOUT");
@@ -64,14 +62,6 @@ constexpr int64_t kKeyMajorMinSets = 256;
 bool key_major_scores(int64_t sets, int group) {
   const int layout = score_layout_override();
   return layout == 2 || (layout == 0 && sets >= kKeyMajorMinSets && group % 4 == 0);
-}
-
-bool score_splits_fill_wave() {
-  static const bool wave = [] {
-    const char* value = std::getenv("KASCADE_SCORE_SPLITS");
-    return value && std::string(value) == "wave";
-  }();
-  return wave;
 }
 
 int min_dense_split_keys() {
@@ -202,12 +192,13 @@ detail::DecodeParams decode_params(const AttentionArgs& args) {
 // (a partial second wave would cost a whole one), never fewer than the
 // split floor (dense or sparse, above) keys per split and, in dense passes,
 // never more than kMaxDenseSplits where that still gives kMinDenseBlocks.
-// With KASCADE_SCORE_SPLITS=wave a score-only pass (`merged` false) is not
-// capped: it has no merge (the selection folds its split LSEs), and capped,
-// the sketch pass at batch 1 runs 2 blocks a multiprocessor and reads at
-// 0.9-1.1 TB/s (8 KV heads, 32K and 128K; dense reads at ~3). Unmeasured.
+// A score-only pass (`merged` false) is not capped: it has no merge (the
+// selection folds its split LSEs), and capped, the sketch pass at batch 1 ran
+// 2 blocks a multiprocessor and read at 0.9-1.1 TB/s (8 KV heads, 32K and
+// 128K; dense reads at ~3). Uncapped, the sketch chain at batch 1 (H100): 8 KV
+// heads 0.95x at 32K, 0.91x at 128K; 2 KV heads 1.00x / 0.95x; batch 16 1.00x.
 int plan_splits(const detail::DecodeParams& p, int64_t max_keys, int blocks_per_sm, bool merged = true) {
-  const bool capped = merged || !score_splits_fill_wave();
+  const bool capped = merged;
   const int64_t blocks = int64_t(p.batch) * p.n_kv_heads * p.head_blocks;
   const int64_t target = int64_t(detail::multiprocessor_count()) * blocks_per_sm;
   const int64_t wanted = target / blocks;
