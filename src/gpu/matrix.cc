@@ -11,6 +11,7 @@ namespace {
 
 constexpr int64_t kQ8_0Block = 32;
 constexpr int64_t kQ4_KBlock = 256, kQ4_KBlockBytes = 144;
+constexpr int64_t kQ5_KBlock = 256, kQ5_KBlockBytes = 176;
 constexpr int64_t kQ6_KBlock = 256, kQ6_KBlockBytes = 210, kQ6_KBodyBytes = 208;
 
 // The device layout a weight of `type` takes on its own.
@@ -20,6 +21,7 @@ MatrixFormat format_of(TensorType type) {
     case TensorType::Q4_0:
     case TensorType::Q5_0: return MatrixFormat::Q8_0;
     case TensorType::Q4_K: return MatrixFormat::Q4_K;
+    case TensorType::Q5_K: return MatrixFormat::Q5_K;
     case TensorType::Q6_K: return MatrixFormat::Q6_K;
     default: return MatrixFormat::BF16;
   }
@@ -63,6 +65,7 @@ uint64_t device_bytes(MatrixFormat format, int64_t rows, int64_t cols) {
     case MatrixFormat::BF16: return 2 * elements;
     case MatrixFormat::Q8_0: return elements + 2 * (elements / kQ8_0Block);
     case MatrixFormat::Q4_K: return elements / kQ4_KBlock * kQ4_KBlockBytes;
+    case MatrixFormat::Q5_K: return elements / kQ5_KBlock * kQ5_KBlockBytes;
     case MatrixFormat::Q6_K: return elements / kQ6_KBlock * kQ6_KBlockBytes;
   }
   return 0;
@@ -102,7 +105,8 @@ std::vector<uint8_t> pack_rows(MatrixFormat format, const WeightParts& parts) {
             break;
           }
           case MatrixFormat::Q4_K:
-            std::memcpy(out.data() + row * (cols / kQ4_KBlock) * kQ4_KBlockBytes, src, w->row_bytes);
+          case MatrixFormat::Q5_K:  // the file's rows as they are
+            std::memcpy(out.data() + row * int64_t(w->row_bytes), src, w->row_bytes);
             break;
           case MatrixFormat::Q6_K: {
             const int64_t blocks = cols / kQ6_KBlock;

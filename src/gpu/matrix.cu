@@ -18,6 +18,7 @@ namespace {
 constexpr int kThreads = 256;                  // 8 warps, so 8 weight rows per block at a time
 constexpr int64_t kMaxBlocks = 132 * 8;       // a few waves of the H200's 132 SMs
 constexpr int64_t kQ4_KBlockVectors = 9;      // 144 bytes: a 16-byte header, 128 bytes of nibbles
+constexpr int64_t kQ5_KBlockVectors = 11;     // 176 bytes: Q4_K's header, 32 bytes of fifth bits, the nibbles
 constexpr int64_t kQ6_KBodyVectors = 13;      // 208 bytes: 128 of low nibbles, 64 of high bits, 16 scales
 constexpr int kOnes = 0x01010101;             // four bytes of 1: a dot product with it sums the other's bytes
 
@@ -207,29 +208,34 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q8_0_kernel(
   }
 }
 
-// Q4_K: eight lanes per 256-value block, so a warp covers four blocks per
-// step. Lane part p loads the block's header and nibble bytes [16p, 16p + 16)
-// of the 64-value group p / 2: their low nibbles are 16 values of sub-block
-// 2 (p / 2), their high nibbles the same 16 places of sub-block 2 (p / 2) + 1;
-// each run of 16 lies in one input block of 32. Per run,
+// Q4_K, and Q5_K (kFifthBits): eight lanes per 256-value block, so a warp
+// covers four blocks per step. Lane part p loads the block's header and
+// nibble bytes [16p, 16p + 16) of the 64-value group p / 2: their low
+// nibbles are 16 values of sub-block 2 (p / 2), their high nibbles the same
+// 16 places of sub-block 2 (p / 2) + 1; each run of 16 lies in one input
+// block of 32. Q5_K's fifth bits of those places are bits 2 (p / 2) and 2 (p
+// / 2) + 1 of its fifth-bit bytes [16 (p % 2), +16). Per run,
 // sum(x * (scale * q - min)) = dx * (scale * sum(q * xq) - min * sum(xq)).
-template <int kRows>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q4_k_kernel(Matrix w, GemvInput x, float* out, int64_t ldc, float beta) {
+template <int kRows, bool kFifthBits>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q4_q5_k_kernel(Matrix w, GemvInput x, float* out, int64_t ldc, float beta) {
   constexpr int kUnroll = 2;
+  constexpr int64_t kBlockVectors = kFifthBits ? kQ5_KBlockVectors : kQ4_KBlockVectors;
+  constexpr int kFirstNibbles = kFifthBits ? 3 : 1;  // the vector where the nibbles start
   const int lane = threadIdx.x & 31, part = lane & 7, group = part >> 1;
   const int first_value = 64 * group + 16 * (part & 1);  // of the low-nibble run; the high one is 32 later
   const int64_t blocks = w.cols / 256;
   FOR_EACH_ROW(w) {
-    const uint4* row_blocks = reinterpret_cast<const uint4*>(w.data) + row * blocks * kQ4_KBlockVectors;
+    const uint4* row_blocks = reinterpret_cast<const uint4*>(w.data) + row * blocks * kBlockVectors;
     float acc[kRows] = {};
     for (int64_t b0 = lane >> 3; b0 < blocks; b0 += 4 * kUnroll) {
-      uint4 header[kUnroll], nibbles[kUnroll];
+      uint4 header[kUnroll], nibbles[kUnroll], fifth[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t b = b0 + 4 * u;
         if (b < blocks) {
-          header[u] = __ldcs(row_blocks + b * kQ4_KBlockVectors);
-          nibbles[u] = __ldcs(row_blocks + b * kQ4_KBlockVectors + 1 + part);
+          header[u] = __ldcs(row_blocks + b * kBlockVectors);
+          nibbles[u] = __ldcs(row_blocks + b * kBlockVectors + kFirstNibbles + part);
+          if constexpr (kFifthBits) fifth[u] = __ldcs(row_blocks + b * kBlockVectors + 1 + (part & 1));
         }
       }
 #pragma unroll
@@ -240,11 +246,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q4_k_kernel(
         q4_k_scale_min(header[u], 2 * group, low_scale, low_min);
         q4_k_scale_min(header[u], 2 * group + 1, high_scale, high_min);
         const uint32_t words[4] = {nibbles[u].x, nibbles[u].y, nibbles[u].z, nibbles[u].w};
-        int low_q[4], high_q[4];  // the two runs' 4-bit values, four a word
+        int low_q[4], high_q[4];  // the two runs' values, four a word
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           low_q[i] = int(words[i] & 0x0f0f0f0fu);
           high_q[i] = int((words[i] >> 4) & 0x0f0f0f0fu);
+          if constexpr (kFifthBits) {
+            const uint32_t bits = i == 0 ? fifth[u].x : i == 1 ? fifth[u].y : i == 2 ? fifth[u].z : fifth[u].w;
+            low_q[i] |= int(((bits >> (2 * group)) & 0x01010101u) << 4);
+            high_q[i] |= int(((bits >> (2 * group + 1)) & 0x01010101u) << 4);
+          }
         }
         const int64_t column = b * 256 + first_value;
 #pragma unroll
@@ -390,22 +401,27 @@ __device__ __forceinline__ void mmq_q8_0_unit(const Matrix& w, const int64_t (&r
   }
 }
 
-// Q4_K: a unit is one 256-value block. Sub-block j's values 8t..8t+7 are the
-// low (j even) or high nibbles of the block's bytes 32 (j / 2) + 8t..+7;
-// value = scale * q - min, so a tile's sum is dx * (scale * dot - min * sum
-// of the input's int8 values), the sum from a second product with ones.
-template <int kTiles>
-__device__ __forceinline__ void mmq_q4_k_unit(const Matrix& w, const int64_t (&row)[2], int64_t block,
-                                              const GemvInput& x, const MmqLane& lane, float (&acc)[kTiles][4]) {
+// Q4_K, and Q5_K (kFifthBits): a unit is one 256-value block. Sub-block j's
+// values 8t..8t+7 are the low (j even) or high nibbles of the block's nibble
+// bytes 32 (j / 2) + 8t..+7, Q5_K's fifth bits bit j of its fifth-bit bytes
+// 8t..+7; value = scale * q - min, so a tile's sum is dx * (scale * dot -
+// min * sum of the input's int8 values), the sum from a second product with ones.
+template <int kTiles, bool kFifthBits>
+__device__ __forceinline__ void mmq_q4_q5_k_unit(const Matrix& w, const int64_t (&row)[2], int64_t block,
+                                                 const GemvInput& x, const MmqLane& lane, float (&acc)[kTiles][4]) {
+  constexpr int64_t kBlockVectors = kFifthBits ? kQ5_KBlockVectors : kQ4_KBlockVectors;
+  constexpr int kFirstNibbles = kFifthBits ? 3 : 1;  // the vector where the nibbles start
   const int64_t blocks = w.cols / 256;
   uint4 header[2];
-  uint2 nibbles[2][4];
+  uint2 nibbles[2][4], fifth[2] = {};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const uint4* b = reinterpret_cast<const uint4*>(w.data) + (row[r] * blocks + block) * kQ4_KBlockVectors;
+    const uint4* b = reinterpret_cast<const uint4*>(w.data) + (row[r] * blocks + block) * kBlockVectors;
     header[r] = __ldcs(b);
 #pragma unroll
-    for (int pair = 0; pair < 4; ++pair) nibbles[r][pair] = __ldcs(reinterpret_cast<const uint2*>(b + 1) + 4 * pair + lane.t);
+    for (int pair = 0; pair < 4; ++pair)
+      nibbles[r][pair] = __ldcs(reinterpret_cast<const uint2*>(b + kFirstNibbles) + 4 * pair + lane.t);
+    if constexpr (kFifthBits) fifth[r] = __ldcs(reinterpret_cast<const uint2*>(b + 1) + lane.t);
   }
   constexpr uint32_t kOnesTile[4] = {kOnes, kOnes, kOnes, kOnes};
 #pragma unroll
@@ -413,8 +429,14 @@ __device__ __forceinline__ void mmq_q4_k_unit(const Matrix& w, const int64_t (&r
     const int shift = 4 * (j & 1);
     const uint2* n0 = &nibbles[0][j / 2];
     const uint2* n1 = &nibbles[1][j / 2];
-    const uint32_t a[4] = {(n0->x >> shift) & 0x0f0f0f0fu, (n1->x >> shift) & 0x0f0f0f0fu,
-                           (n0->y >> shift) & 0x0f0f0f0fu, (n1->y >> shift) & 0x0f0f0f0fu};
+    uint32_t a[4] = {(n0->x >> shift) & 0x0f0f0f0fu, (n1->x >> shift) & 0x0f0f0f0fu,
+                     (n0->y >> shift) & 0x0f0f0f0fu, (n1->y >> shift) & 0x0f0f0f0fu};
+    if constexpr (kFifthBits) {
+      a[0] |= ((fifth[0].x >> j) & 0x01010101u) << 4;
+      a[1] |= ((fifth[1].x >> j) & 0x01010101u) << 4;
+      a[2] |= ((fifth[0].y >> j) & 0x01010101u) << 4;
+      a[3] |= ((fifth[1].y >> j) & 0x01010101u) << 4;
+    }
     float scale[2], min[2];
     q4_k_scale_min(header[0], j, scale[0], min[0]);
     q4_k_scale_min(header[1], j, scale[1], min[1]);
@@ -493,7 +515,8 @@ __global__ void __launch_bounds__(kMmqWarps * 32) mmq_kernel(Matrix w, GemvInput
 #pragma unroll 2
   for (int64_t unit = warp; unit < units; unit += kMmqWarps) {
     if constexpr (kFormat == MatrixFormat::Q8_0) mmq_q8_0_unit<kTiles>(w, row, unit, x, lane, acc);
-    if constexpr (kFormat == MatrixFormat::Q4_K) mmq_q4_k_unit<kTiles>(w, row, unit, x, lane, acc);
+    if constexpr (kFormat == MatrixFormat::Q4_K) mmq_q4_q5_k_unit<kTiles, false>(w, row, unit, x, lane, acc);
+    if constexpr (kFormat == MatrixFormat::Q5_K) mmq_q4_q5_k_unit<kTiles, true>(w, row, unit, x, lane, acc);
     if constexpr (kFormat == MatrixFormat::Q6_K) mmq_q6_k_unit<kTiles>(w, row, unit, x, lane, acc);
   }
 #pragma unroll
@@ -524,6 +547,9 @@ void launch_mmq(const Matrix& w, const GemvInput& x, int n, float* out, int64_t 
       return;
     case MatrixFormat::Q4_K:
       mmq_kernel<MatrixFormat::Q4_K, kTiles><<<blocks, kMmqWarps * 32, 0, stream>>>(w, x, n, out, ldc, beta);
+      return;
+    case MatrixFormat::Q5_K:
+      mmq_kernel<MatrixFormat::Q5_K, kTiles><<<blocks, kMmqWarps * 32, 0, stream>>>(w, x, n, out, ldc, beta);
       return;
     case MatrixFormat::Q6_K:
       mmq_kernel<MatrixFormat::Q6_K, kTiles><<<blocks, kMmqWarps * 32, 0, stream>>>(w, x, n, out, ldc, beta);
@@ -559,17 +585,23 @@ __device__ __forceinline__ void values8(const Matrix& w, int64_t row, int64_t c0
       for (int i = 0; i < 8; ++i) v[i] = signed_byte(i < 4 ? raw.x : raw.y, i % 4) * d;
       return;
     }
-    case MatrixFormat::Q4_K: {
-      const uint8_t* block = w.data + (row * (w.cols / 256) + c0 / 256) * 144;
+    case MatrixFormat::Q4_K:
+    case MatrixFormat::Q5_K: {  // Q5_K: Q4_K's header, fifth bits (bit sub of byte l), nibbles
+      const bool fifth_bits = w.format == MatrixFormat::Q5_K;
+      const int64_t block_vectors = fifth_bits ? kQ5_KBlockVectors : kQ4_KBlockVectors;
+      const uint8_t* block = w.data + (row * (w.cols / 256) + c0 / 256) * block_vectors * 16;
       const int within = int(c0 % 256), sub = within / 32;
       float scale, min;
       q4_k_scale_min(*reinterpret_cast<const uint4*>(block), sub, scale, min);
-      const uint2 raw = *reinterpret_cast<const uint2*>(block + 16 + 32 * (sub / 2) + within % 32);
+      const uint8_t* nibbles = block + (fifth_bits ? 48 : 16);
+      const uint2 raw = *reinterpret_cast<const uint2*>(nibbles + 32 * (sub / 2) + within % 32);
+      const uint2 fifth = fifth_bits ? *reinterpret_cast<const uint2*>(block + 16 + within % 32) : make_uint2(0, 0);
       const int shift = 4 * (sub % 2);
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         const uint32_t byte = ((i < 4 ? raw.x : raw.y) >> (8 * (i % 4))) & 0xff;
-        v[i] = __fmaf_rn(float((byte >> shift) & 0x0f), scale, -min);
+        const uint32_t high = ((i < 4 ? fifth.x : fifth.y) >> (8 * (i % 4) + sub)) & 1;
+        v[i] = __fmaf_rn(float(((byte >> shift) & 0x0f) | high << 4), scale, -min);
       }
       return;
     }
@@ -634,10 +666,14 @@ void launch_gemv(const Matrix& w, const GemvInput& x, float* out, int64_t ldc, f
       return;
     case MatrixFormat::Q8_0:
     case MatrixFormat::Q4_K:
+    case MatrixFormat::Q5_K:
     case MatrixFormat::Q6_K:
       if constexpr (kRows < kMaxMmqFrom) {
         if (w.format == MatrixFormat::Q8_0) gemv_q8_0_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, ldc, beta);
-        if (w.format == MatrixFormat::Q4_K) gemv_q4_k_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, ldc, beta);
+        if (w.format == MatrixFormat::Q4_K)
+          gemv_q4_q5_k_kernel<kRows, false><<<blocks, kThreads, 0, stream>>>(w, x, out, ldc, beta);
+        if (w.format == MatrixFormat::Q5_K)
+          gemv_q4_q5_k_kernel<kRows, true><<<blocks, kThreads, 0, stream>>>(w, x, out, ldc, beta);
         if (w.format == MatrixFormat::Q6_K) gemv_q6_k_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, ldc, beta);
       }
       return;

@@ -284,10 +284,11 @@ HostWeight random_weight(TensorType type, int64_t rows, int64_t cols, std::mt199
       }
       break;
     case TensorType::Q4_K:
-      for (size_t b = 0; b < h.bytes.size(); b += 144) {
+    case TensorType::Q5_K:  // d, dmin, then scales, (fifth bits,) nibbles
+      for (size_t b = 0, size = type == TensorType::Q4_K ? 144 : 176; b < h.bytes.size(); b += size) {
         put_half(h.bytes.data() + b, value(rng) / 1000.0f);
         put_half(h.bytes.data() + b + 2, value(rng) / 1000.0f);
-        for (int i = 4; i < 144; ++i) h.bytes[b + size_t(i)] = uint8_t(rng());
+        for (size_t i = 4; i < size; ++i) h.bytes[b + i] = uint8_t(rng());
       }
       break;
     case TensorType::Q6_K:  // nibbles, high bits and signed scales random; d last
@@ -308,7 +309,7 @@ HostWeight random_weight(TensorType type, int64_t rows, int64_t cols, std::mt199
 TEST(GpuMatrixHost, PackingKeepsTheValues) {
   std::mt19937_64 rng(3);
   for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0,
-                                TensorType::Q4_K, TensorType::Q6_K}) {
+                                TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
     const HostWeight a = random_weight(type, 3, 512, rng), b = random_weight(type, 2, 512, rng);
     const gpu::MatrixFormat format = gpu::device_format({&a.weight, &b.weight});
     const std::vector<uint8_t> packed = gpu::pack_rows(format, {&a.weight, &b.weight});
@@ -325,9 +326,10 @@ TEST(GpuMatrixHost, PackingKeepsTheValues) {
           uint16_t scale;
           std::memcpy(&scale, packed.data() + 5 * 512 + 2 * (r * 16 + c / 32), 2);
           got = float(int8_t(packed[size_t(r * 512 + c)])) * fp16_to_fp32(scale);
-        } else if (format == gpu::MatrixFormat::Q4_K) {
+        } else if (format == gpu::MatrixFormat::Q4_K || format == gpu::MatrixFormat::Q5_K) {
+          const size_t block_bytes = type == TensorType::Q4_K ? 144 : 176;
           std::vector<float> row(512);
-          dequantize_row(TensorType::Q4_K, packed.data() + r * 2 * 144, row.data(), 512);
+          dequantize_row(type, packed.data() + r * 2 * block_bytes, row.data(), 512);
           got = row[size_t(c)];
         } else {
           // Each block's 208-byte body and its d, put back together.
@@ -461,7 +463,7 @@ TEST_F(GpuEngine, ProductsMatchDoublePrecision) {
   std::mt19937_64 rng(11);
   gpu::Blas blas(size_t(1) << 20, 14336);  // a small buffer, so that big matrices go through in several slices
   for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0,
-                                TensorType::Q4_K, TensorType::Q6_K}) {
+                                TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
     for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1000, 4096}, {333, 14336}, {4100, 256}}) {
       const HostWeight host = random_weight(type, rows, cols, rng);
       const gpu::DeviceMatrix w = gpu::upload_matrix({&host.weight}, "test weights");
@@ -493,7 +495,7 @@ TEST_F(GpuEngine, ProductsMatchDoublePrecision) {
 // dots scaled in fp32, so they differ only in the order of fp32 sums.
 TEST_F(GpuEngine, TensorCoreProductsEqualTheDotKernelRowByRow) {
   std::mt19937_64 rng(12);
-  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
+  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
     for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1000, 4096}, {333, 14336}, {4100, 256}}) {
       const HostWeight host = random_weight(type, rows, cols, rng);
       const gpu::DeviceMatrix w = gpu::upload_matrix({&host.weight}, "test weights");
@@ -586,7 +588,8 @@ TEST_F(GpuEngine, MixedStacksMatchDoublePrecision) {
 // bit; gathering rows gives their values times the scale.
 TEST_F(GpuEngine, DequantizeAndGatherMatchTheHost) {
   std::mt19937_64 rng(12);
-  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
+  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_K, TensorType::Q5_K,
+                                TensorType::Q6_K}) {
     const HostWeight host = random_weight(type, 300, 1024, rng);
     const gpu::DeviceMatrix w = gpu::upload_matrix({&host.weight}, "test weights");
     const std::vector<uint8_t> expected = gpu::pack_rows(gpu::MatrixFormat::BF16, {&host.weight});
