@@ -20,6 +20,8 @@ MatrixFormat format_of(TensorType type) {
     case TensorType::Q8_0:
     case TensorType::Q4_0:
     case TensorType::Q5_0: return MatrixFormat::Q8_0;
+    case TensorType::Q4_1:
+    case TensorType::Q5_1: return MatrixFormat::Q8_0M;
     case TensorType::Q4_K: return MatrixFormat::Q4_K;
     case TensorType::Q5_K: return MatrixFormat::Q5_K;
     case TensorType::Q6_K: return MatrixFormat::Q6_K;
@@ -27,14 +29,16 @@ MatrixFormat format_of(TensorType type) {
   }
 }
 
-// The 32 integers q of a block of Q4_0 or Q5_0 (value = d q): the CPU's
-// dequantization of the block with d set to 1, so the block layouts stay
-// written once (quant/).
+// The 32 integers of a block of Q4_0, Q5_0, Q4_1 or Q5_1 (value = d q, or
+// d q + m for the latter two): the CPU's dequantization of the block with d
+// set to 1 and m to 0, so the block layouts are written once (quant/).
 void block_integers(TensorType type, const uint8_t* src, int8_t* out) {
   uint8_t block[24];
-  std::memcpy(block, src, size_t(type_traits(type).block_bytes));
-  const uint16_t one = fp32_to_fp16(1.0f);
+  const int64_t bytes = type_traits(type).block_bytes;
+  std::memcpy(block, src, size_t(bytes));
+  const uint16_t one = fp32_to_fp16(1.0f), zero = 0;
   std::memcpy(block, &one, 2);
+  if (type == TensorType::Q4_1 || type == TensorType::Q5_1) std::memcpy(block + 2, &zero, 2);
   float values[kQ8_0Block];
   quant::dequantize_blocks(type, block, values, 1);
   for (int j = 0; j < kQ8_0Block; ++j) out[j] = int8_t(values[j]);
@@ -64,6 +68,7 @@ uint64_t device_bytes(MatrixFormat format, int64_t rows, int64_t cols) {
   switch (format) {
     case MatrixFormat::BF16: return 2 * elements;
     case MatrixFormat::Q8_0: return elements + 2 * (elements / kQ8_0Block);
+    case MatrixFormat::Q8_0M: return elements + 4 * (elements / kQ8_0Block);
     case MatrixFormat::Q4_K: return elements / kQ4_KBlock * kQ4_KBlockBytes;
     case MatrixFormat::Q5_K: return elements / kQ5_KBlock * kQ5_KBlockBytes;
     case MatrixFormat::Q6_K: return elements / kQ6_KBlock * kQ6_KBlockBytes;
@@ -90,13 +95,16 @@ std::vector<uint8_t> pack_rows(MatrixFormat format, const WeightParts& parts) {
             for (int64_t c = 0; c < cols; ++c) dst[c] = fp32_to_bf16(values[size_t(c)]);
             break;
           }
-          case MatrixFormat::Q8_0: {  // Q4_0 and Q5_0 too: every one of them starts with its fp16 d
+          case MatrixFormat::Q8_0:
+          case MatrixFormat::Q8_0M: {  // int8s, fp16 d's, Q8_0M's fp16 m's after them
             auto* quants = reinterpret_cast<int8_t*>(out.data() + row * cols);
-            uint8_t* scales = out.data() + rows * cols + 2 * row * (cols / kQ8_0Block);
-            const int64_t block_bytes = type_traits(w->type).block_bytes;
-            for (int64_t b = 0; b < cols / kQ8_0Block; ++b) {
+            const int64_t blocks = cols / kQ8_0Block, block_bytes = type_traits(w->type).block_bytes;
+            uint8_t* scales = out.data() + rows * cols + 2 * row * blocks;
+            uint8_t* offsets = out.data() + rows * cols + 2 * rows * blocks + 2 * row * blocks;
+            for (int64_t b = 0; b < blocks; ++b) {
               const uint8_t* block = src + b * block_bytes;
-              std::memcpy(scales + 2 * b, block, 2);
+              std::memcpy(scales + 2 * b, block, 2);  // every one of these types starts with its d
+              if (format == MatrixFormat::Q8_0M) std::memcpy(offsets + 2 * b, block + 2, 2);
               if (w->type == TensorType::Q8_0)
                 std::memcpy(quants + b * kQ8_0Block, block + 2, kQ8_0Block);
               else

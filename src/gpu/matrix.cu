@@ -42,6 +42,10 @@ __device__ __forceinline__ void widen8(const uint4& v, float out[8]) {
 __device__ __forceinline__ const uint16_t* q8_0_scales(const Matrix& w) {
   return reinterpret_cast<const uint16_t*>(w.data + w.rows * w.cols);
 }
+// Q8_0M's fp16 offsets m, after the scales.
+__device__ __forceinline__ const uint16_t* q8_0m_offsets(const Matrix& w) {
+  return q8_0_scales(w) + w.rows * (w.cols / 32);
+}
 
 // The fp16 d of each Q6_K block, after the blocks' bodies.
 __device__ __forceinline__ const uint16_t* q6_k_d(const Matrix& w) {
@@ -168,7 +172,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_bf16_kernel(
 // Q8_0: each lane 16 quants per load (half a block), four loads in flight;
 // the integer dot of the 16 pairs times the weight block's and the input
 // block's scales.
-template <int kRows>
+// Q8_0, and Q8_0M (kOffsets): each lane takes 16 values (half a block) per
+// load. Q8_0M's sum(x * (d q + m)) = dx * (d sum(q * xq) + m sum(xq)).
+template <int kRows, bool kOffsets>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q8_0_kernel(Matrix w, GemvInput x, float* out, int64_t ldc, float beta) {
   constexpr int kUnroll = 4;
   const int lane = threadIdx.x & 31;
@@ -176,16 +182,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q8_0_kernel(
   FOR_EACH_ROW(w) {
     const uint4* quants = reinterpret_cast<const uint4*>(w.data + row * w.cols);
     const uint16_t* scales = q8_0_scales(w) + row * (w.cols / 32);
+    const uint16_t* offsets = kOffsets ? q8_0m_offsets(w) + row * (w.cols / 32) : nullptr;
     float acc[kRows] = {};
     for (int64_t v0 = lane; v0 < vectors; v0 += 32 * kUnroll) {
       uint4 loaded[kUnroll];
-      uint16_t scale_bits[kUnroll] = {};
+      uint16_t scale_bits[kUnroll] = {}, offset_bits[kUnroll] = {};
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t v = v0 + 32 * u;
         if (v < vectors) {
           loaded[u] = __ldcs(quants + v);
           scale_bits[u] = __ldcs(scales + v / 2);
+          if constexpr (kOffsets) offset_bits[u] = __ldcs(offsets + v / 2);
         }
       }
 #pragma unroll
@@ -200,7 +208,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemv_q8_0_kernel(
           dot = __dp4a(int(loaded[u].y), int(in.y), dot);
           dot = __dp4a(int(loaded[u].z), int(in.z), dot);
           dot = __dp4a(int(loaded[u].w), int(in.w), dot);
-          acc[t] = fmaf(d * __ldg(x.scales + t * (w.cols / 32) + v / 2), float(dot), acc[t]);
+          const float dx = __ldg(x.scales + t * (w.cols / 32) + v / 2);
+          if constexpr (kOffsets) {
+            int sum = __dp4a(kOnes, int(in.x), 0);
+            sum = __dp4a(kOnes, int(in.y), sum);
+            sum = __dp4a(kOnes, int(in.z), sum);
+            sum = __dp4a(kOnes, int(in.w), sum);
+            acc[t] = fmaf(dx, d * float(dot) + half_value(offset_bits[u]) * float(sum), acc[t]);
+          } else {
+            acc[t] = fmaf(d * dx, float(dot), acc[t]);
+          }
         }
       }
     }
@@ -377,27 +394,39 @@ struct MmqLane {
 
 // acc[i][q]: the dots of (weight row g + 8 (q / 2), input row 8i + 2t + q % 2).
 
-// Q8_0: a unit is one 32-value block: value = d * q.
-template <int kTiles>
+// Q8_0: a unit is one 32-value block: value = d * q. Q8_0M (kOffsets):
+// value = d * q + m, so a tile's sum is dx * (d * dot + m * sum of the
+// input's int8 values), the sum from a second product with ones.
+template <int kTiles, bool kOffsets>
 __device__ __forceinline__ void mmq_q8_0_unit(const Matrix& w, const int64_t (&row)[2], int64_t block,
                                               const GemvInput& x, const MmqLane& lane, float (&acc)[kTiles][4]) {
   const int64_t column = 32 * block;
   uint2 q[2];
-  float d[2];
+  float d[2], m[2] = {};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     q[r] = __ldcs(reinterpret_cast<const uint2*>(w.data + row[r] * w.cols + column) + lane.t);
     d[r] = half_value(__ldcs(q8_0_scales(w) + row[r] * (w.cols / 32) + block));
+    if constexpr (kOffsets) m[r] = half_value(__ldcs(q8_0m_offsets(w) + row[r] * (w.cols / 32) + block));
   }
   const uint32_t a[4] = {q[0].x, q[1].x, q[0].y, q[1].y};
+  constexpr uint32_t kOnesTile[4] = {kOnes, kOnes, kOnes, kOnes};
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) {
     const uint2 b = __ldg(reinterpret_cast<const uint2*>(x.quants + lane.load_row(i) * lane.cols + column) + lane.t);
     int dot[4];
     mma_k32(a, b.x, b.y, dot);
+    if constexpr (kOffsets) {
+      int sum[4];
+      mma_k32(kOnesTile, b.x, b.y, sum);
 #pragma unroll
-    for (int q4 = 0; q4 < 4; ++q4)
-      acc[i][q4] += lane.input_scale(x, i, q4 & 1, column) * d[q4 >> 1] * float(dot[q4]);
+      for (int q4 = 0; q4 < 4; ++q4)
+        acc[i][q4] += lane.input_scale(x, i, q4 & 1, column) * (d[q4 >> 1] * float(dot[q4]) + m[q4 >> 1] * float(sum[q4]));
+    } else {
+#pragma unroll
+      for (int q4 = 0; q4 < 4; ++q4)
+        acc[i][q4] += lane.input_scale(x, i, q4 & 1, column) * d[q4 >> 1] * float(dot[q4]);
+    }
   }
 }
 
@@ -511,10 +540,11 @@ __global__ void __launch_bounds__(kMmqWarps * 32) mmq_kernel(Matrix w, GemvInput
   const int64_t row[2] = {first_row + lane.g < last ? first_row + lane.g : last,
                           first_row + lane.g + 8 < last ? first_row + lane.g + 8 : last};
   float acc[kTiles][4] = {};
-  const int64_t units = kFormat == MatrixFormat::Q8_0 ? w.cols / 32 : w.cols / 256;
+  const int64_t units = kFormat == MatrixFormat::Q8_0 || kFormat == MatrixFormat::Q8_0M ? w.cols / 32 : w.cols / 256;
 #pragma unroll 2
   for (int64_t unit = warp; unit < units; unit += kMmqWarps) {
-    if constexpr (kFormat == MatrixFormat::Q8_0) mmq_q8_0_unit<kTiles>(w, row, unit, x, lane, acc);
+    if constexpr (kFormat == MatrixFormat::Q8_0) mmq_q8_0_unit<kTiles, false>(w, row, unit, x, lane, acc);
+    if constexpr (kFormat == MatrixFormat::Q8_0M) mmq_q8_0_unit<kTiles, true>(w, row, unit, x, lane, acc);
     if constexpr (kFormat == MatrixFormat::Q4_K) mmq_q4_q5_k_unit<kTiles, false>(w, row, unit, x, lane, acc);
     if constexpr (kFormat == MatrixFormat::Q5_K) mmq_q4_q5_k_unit<kTiles, true>(w, row, unit, x, lane, acc);
     if constexpr (kFormat == MatrixFormat::Q6_K) mmq_q6_k_unit<kTiles>(w, row, unit, x, lane, acc);
@@ -544,6 +574,9 @@ void launch_mmq(const Matrix& w, const GemvInput& x, int n, float* out, int64_t 
   switch (w.format) {
     case MatrixFormat::Q8_0:
       mmq_kernel<MatrixFormat::Q8_0, kTiles><<<blocks, kMmqWarps * 32, 0, stream>>>(w, x, n, out, ldc, beta);
+      return;
+    case MatrixFormat::Q8_0M:
+      mmq_kernel<MatrixFormat::Q8_0M, kTiles><<<blocks, kMmqWarps * 32, 0, stream>>>(w, x, n, out, ldc, beta);
       return;
     case MatrixFormat::Q4_K:
       mmq_kernel<MatrixFormat::Q4_K, kTiles><<<blocks, kMmqWarps * 32, 0, stream>>>(w, x, n, out, ldc, beta);
@@ -578,11 +611,16 @@ __device__ __forceinline__ void values8(const Matrix& w, int64_t row, int64_t c0
     case MatrixFormat::BF16:
       widen8<false>(*reinterpret_cast<const uint4*>(w.data + 2 * (row * w.cols + c0)), v);
       return;
-    case MatrixFormat::Q8_0: {
+    case MatrixFormat::Q8_0:
+    case MatrixFormat::Q8_0M: {  // d * q (+ m: q * d is exact, so one rounding as on the CPU)
       const uint2 raw = *reinterpret_cast<const uint2*>(w.data + row * w.cols + c0);
       const float d = half_value(q8_0_scales(w)[row * (w.cols / 32) + c0 / 32]);
+      const float m = w.format == MatrixFormat::Q8_0M ? half_value(q8_0m_offsets(w)[row * (w.cols / 32) + c0 / 32]) : 0.f;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = signed_byte(i < 4 ? raw.x : raw.y, i % 4) * d;
+      for (int i = 0; i < 8; ++i) {
+        const float q = signed_byte(i < 4 ? raw.x : raw.y, i % 4);
+        v[i] = w.format == MatrixFormat::Q8_0M ? __fmaf_rn(q, d, m) : q * d;  // (q * d alone keeps the CPU's -0)
+      }
       return;
     }
     case MatrixFormat::Q4_K:
@@ -665,11 +703,15 @@ void launch_gemv(const Matrix& w, const GemvInput& x, float* out, int64_t ldc, f
         gemv_bf16_kernel<kRows, false><<<blocks, kThreads, 0, stream>>>(w, x.x, out, ldc, beta);
       return;
     case MatrixFormat::Q8_0:
+    case MatrixFormat::Q8_0M:
     case MatrixFormat::Q4_K:
     case MatrixFormat::Q5_K:
     case MatrixFormat::Q6_K:
       if constexpr (kRows < kMaxMmqFrom) {
-        if (w.format == MatrixFormat::Q8_0) gemv_q8_0_kernel<kRows><<<blocks, kThreads, 0, stream>>>(w, x, out, ldc, beta);
+        if (w.format == MatrixFormat::Q8_0)
+          gemv_q8_0_kernel<kRows, false><<<blocks, kThreads, 0, stream>>>(w, x, out, ldc, beta);
+        if (w.format == MatrixFormat::Q8_0M)
+          gemv_q8_0_kernel<kRows, true><<<blocks, kThreads, 0, stream>>>(w, x, out, ldc, beta);
         if (w.format == MatrixFormat::Q4_K)
           gemv_q4_q5_k_kernel<kRows, false><<<blocks, kThreads, 0, stream>>>(w, x, out, ldc, beta);
         if (w.format == MatrixFormat::Q5_K)

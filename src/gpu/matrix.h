@@ -5,13 +5,16 @@
 // stay quantized (an 8B model in Q4_K takes ~5 GB, not 16; a Q4_K_M file's
 // Q6_K output and down projections stay 6.6 bits a weight). Q4_0 and Q5_0,
 // whose values are d x (a small integer) per 32 as Q8_0's, are widened into
-// the Q8_0 layout without loss (8.5 bits a weight, not bf16's 16); Q5_K
-// stays as it is (5.5 bits). Every other type is dequantized to bf16 at load. Device layouts, `rows` x
+// the Q8_0 layout without loss (8.5 bits a weight, not bf16's 16), Q4_1 and
+// Q5_1 (d q + m) into Q8_0M (9 bits); Q5_K stays as it is (5.5 bits). Every
+// other type (F16, F32) is converted to bf16 at load. Device layouts, `rows` x
 // `cols`, row-major:
 //   BF16  bf16 [rows][cols]
 //   Q8_0  int8 [rows][cols], then fp16 scales [rows][cols / 32]: the file's
 //         34-byte blocks split so that every load is 16-byte aligned (Q4_0's
 //         nibble - 8 and Q5_0's 5-bit value - 16 as the int8s, d as the scale)
+//   Q8_0M Q8_0's layout, then fp16 offsets m [rows][cols / 32]: value = d q + m
+//         (Q4_1's nibble and Q5_1's 5-bit value as the int8s)
 //   Q4_K  the file's 144-byte blocks [rows][cols / 256], as they are (9 x 16 bytes)
 //   Q5_K  the file's 176-byte blocks [rows][cols / 256], as they are (11 x 16
 //         bytes: Q4_K's header, 32 bytes of fifth bits, 128 of nibbles)
@@ -31,7 +34,7 @@
 
 namespace kascade::gpu {
 
-enum class MatrixFormat { BF16, Q8_0, Q4_K, Q5_K, Q6_K };
+enum class MatrixFormat { BF16, Q8_0, Q8_0M, Q4_K, Q5_K, Q6_K };
 
 struct Matrix {
   MatrixFormat format = MatrixFormat::BF16;
@@ -92,9 +95,9 @@ inline int64_t max_gemv_rows(const Matrix& w) {
 // Rows from which a quantized product runs on the tensor cores; fewer go
 // through the integer dot-product kernel, one warp per weight row. Where the
 // two cross on the H200 (synthetic Qwen2.5-1.5B, 1K context, whole decode
-// steps): Q4_K at 3 rows, Q6_K about 5, Q8_0 about 8 (Q5_K, unmeasured: Q4_K's).
+// steps): Q4_K at 3 rows, Q6_K about 5, Q8_0 about 8 (unmeasured: Q5_K as Q4_K, Q8_0M as Q8_0).
 constexpr int mmq_from(MatrixFormat format) {
-  return format == MatrixFormat::Q8_0 ? 8 : format == MatrixFormat::Q6_K ? 5 : 3;
+  return format == MatrixFormat::Q8_0 || format == MatrixFormat::Q8_0M ? 8 : format == MatrixFormat::Q6_K ? 5 : 3;
 }
 inline constexpr int kMaxMmqFrom = mmq_from(MatrixFormat::Q8_0);  // the largest
 

@@ -278,11 +278,17 @@ HostWeight random_weight(TensorType type, int64_t rows, int64_t cols, std::mt199
       break;
     case TensorType::Q4_0:  // d, then 16 bytes of nibbles
     case TensorType::Q5_0:  // d, the fifth bits, then the nibbles
-      for (size_t b = 0, size = size_t(type_traits(type).block_bytes); b < h.bytes.size(); b += size) {
+    case TensorType::Q4_1:  // d, m, then the nibbles
+    case TensorType::Q5_1: {  // d, m, the fifth bits, then the nibbles
+      const bool offset = type == TensorType::Q4_1 || type == TensorType::Q5_1;
+      const size_t size = size_t(type_traits(type).block_bytes);
+      for (size_t b = 0; b < h.bytes.size(); b += size) {
         put_half(h.bytes.data() + b, value(rng) / 16.0f);
-        for (size_t i = 2; i < size; ++i) h.bytes[b + i] = uint8_t(rng());
+        if (offset) put_half(h.bytes.data() + b + 2, value(rng));
+        for (size_t i = offset ? 4 : 2; i < size; ++i) h.bytes[b + i] = uint8_t(rng());
       }
       break;
+    }
     case TensorType::Q4_K:
     case TensorType::Q5_K:  // d, dmin, then scales, (fifth bits,) nibbles
       for (size_t b = 0, size = type == TensorType::Q4_K ? 144 : 176; b < h.bytes.size(); b += size) {
@@ -309,7 +315,8 @@ HostWeight random_weight(TensorType type, int64_t rows, int64_t cols, std::mt199
 TEST(GpuMatrixHost, PackingKeepsTheValues) {
   std::mt19937_64 rng(3);
   for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0,
-                                TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+                                TensorType::Q4_1, TensorType::Q5_1, TensorType::Q4_K, TensorType::Q5_K,
+                                TensorType::Q6_K}) {
     const HostWeight a = random_weight(type, 3, 512, rng), b = random_weight(type, 2, 512, rng);
     const gpu::MatrixFormat format = gpu::device_format({&a.weight, &b.weight});
     const std::vector<uint8_t> packed = gpu::pack_rows(format, {&a.weight, &b.weight});
@@ -322,10 +329,11 @@ TEST(GpuMatrixHost, PackingKeepsTheValues) {
         float got = 0;
         if (format == gpu::MatrixFormat::BF16) {
           got = bf16_to_fp32(reinterpret_cast<const uint16_t*>(packed.data())[r * 512 + c]);
-        } else if (format == gpu::MatrixFormat::Q8_0) {
-          uint16_t scale;
+        } else if (format == gpu::MatrixFormat::Q8_0 || format == gpu::MatrixFormat::Q8_0M) {
+          uint16_t scale, offset = 0;
           std::memcpy(&scale, packed.data() + 5 * 512 + 2 * (r * 16 + c / 32), 2);
-          got = float(int8_t(packed[size_t(r * 512 + c)])) * fp16_to_fp32(scale);
+          if (format == gpu::MatrixFormat::Q8_0M) std::memcpy(&offset, packed.data() + 5 * 512 + 2 * 5 * 16 + 2 * (r * 16 + c / 32), 2);
+          got = float(int8_t(packed[size_t(r * 512 + c)])) * fp16_to_fp32(scale) + fp16_to_fp32(offset);
         } else if (format == gpu::MatrixFormat::Q4_K || format == gpu::MatrixFormat::Q5_K) {
           const size_t block_bytes = type == TensorType::Q4_K ? 144 : 176;
           std::vector<float> row(512);
@@ -463,7 +471,8 @@ TEST_F(GpuEngine, ProductsMatchDoublePrecision) {
   std::mt19937_64 rng(11);
   gpu::Blas blas(size_t(1) << 20, 14336);  // a small buffer, so that big matrices go through in several slices
   for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0,
-                                TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+                                TensorType::Q4_1, TensorType::Q5_1, TensorType::Q4_K, TensorType::Q5_K,
+                                TensorType::Q6_K}) {
     for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1000, 4096}, {333, 14336}, {4100, 256}}) {
       const HostWeight host = random_weight(type, rows, cols, rng);
       const gpu::DeviceMatrix w = gpu::upload_matrix({&host.weight}, "test weights");
@@ -495,7 +504,8 @@ TEST_F(GpuEngine, ProductsMatchDoublePrecision) {
 // dots scaled in fp32, so they differ only in the order of fp32 sums.
 TEST_F(GpuEngine, TensorCoreProductsEqualTheDotKernelRowByRow) {
   std::mt19937_64 rng(12);
-  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+  for (const TensorType type :
+       {TensorType::Q8_0, TensorType::Q4_1, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
     for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1000, 4096}, {333, 14336}, {4100, 256}}) {
       const HostWeight host = random_weight(type, rows, cols, rng);
       const gpu::DeviceMatrix w = gpu::upload_matrix({&host.weight}, "test weights");
@@ -588,8 +598,8 @@ TEST_F(GpuEngine, MixedStacksMatchDoublePrecision) {
 // bit; gathering rows gives their values times the scale.
 TEST_F(GpuEngine, DequantizeAndGatherMatchTheHost) {
   std::mt19937_64 rng(12);
-  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_K, TensorType::Q5_K,
-                                TensorType::Q6_K}) {
+  for (const TensorType type : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
+                                TensorType::Q5_1, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
     const HostWeight host = random_weight(type, 300, 1024, rng);
     const gpu::DeviceMatrix w = gpu::upload_matrix({&host.weight}, "test weights");
     const std::vector<uint8_t> expected = gpu::pack_rows(gpu::MatrixFormat::BF16, {&host.weight});
