@@ -59,7 +59,6 @@ class KascadeStrategy final : public Strategy {
     check_step(shape_, step);
     const LayerPlan& layer = plan_.layer(step.phase, step.layer, step.first_position + step.n_queries);
     last_layer_ = &layer;
-    layer_index_ = step.layer;
     last_sets_ = Sets::None;
     extend_sketch(step);
     if (layer.action == LayerAction::Dense) {
@@ -170,7 +169,7 @@ class KascadeStrategy final : public Strategy {
     switch (last_sets_) {
       case Sets::AnchorInner: return selector_.inner_set(unit, pool);
       case Sets::Refined: return refiner_.set(unit, h);
-      case Sets::Held: return held_[size_t(layer_index_)].attended[size_t(pool)];
+      case Sets::Held: return held_[size_t(last_layer_->anchor)].attended[size_t(pool)];  // an anchor is its own
       default: return selector_.set(unit, pool);
     }
   }
@@ -231,7 +230,6 @@ class KascadeStrategy final : public Strategy {
   std::vector<KeySketch> sketches_;  // [layer]: what sketch-scoring anchors rank keys from
   std::vector<HeldSets> held_;       // [layer]: decode sets kept between selections
   const LayerPlan* last_layer_ = nullptr;
-  int layer_index_ = 0;
   Sets last_sets_ = Sets::None;
 };
 
