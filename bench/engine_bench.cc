@@ -1,7 +1,8 @@
 // End-to-end speed of a backend (CPU or GPU engine): the prefill of one
 // prompt per context length, then decode steps of a batch of sequences at
 // that context (copies of the prefilled one), per attention strategy.
-// Prints one table with medians, the weight-streaming floor of a decode step
+// Prints one table with medians (of decode steps after each kind of step's
+// eager and captured runs), the weight-streaming floor of a decode step
 // (weights plus the KV bytes dense attention reads, at --bandwidth) and, for
 // each Kascade row, its speedup over dense in the same run.
 //
@@ -126,8 +127,20 @@ int main(int argc, char** argv) {
             backend->decode(sequences, tokens, out.data());
             steps.push_back(clock.seconds());
           }
-          steps.erase(steps.begin());  // the first step sizes buffers
-          const double step = median(steps);
+          // A step of a new kind runs eagerly (it sizes buffers), the next is
+          // captured as a graph: those of each kind are left out. A plan that
+          // holds its selections (select_every N) alternates N kinds of step,
+          // so its time is the median over runs of N steps of their mean.
+          const int cycle = std::max(1, spec.options.select_every);
+          steps.erase(steps.begin(), steps.begin() + std::min<ptrdiff_t>(std::ssize(steps), 2 * cycle));
+          std::vector<double> cycles;
+          for (size_t i = 0; i + size_t(cycle) <= steps.size(); i += size_t(cycle)) {
+            double sum = 0;
+            for (int j = 0; j < cycle; ++j) sum += steps[i + size_t(j)];
+            cycles.push_back(sum / cycle);
+          }
+          if (cycles.empty()) fail("--decode-steps {} leaves no timed run of {} steps", decode_steps, cycle);
+          const double step = median(cycles);
           if (spec.options.method == Method::Dense) dense_step[{context, batch}] = step;
           const double floor = double(weights + uint64_t(batch) * uint64_t(context) * kv_per_token) / bandwidth;
           const auto dense = dense_step.find({context, batch});

@@ -74,6 +74,12 @@ TEST(KascadePlan, Ablations) {
   EXPECT_EQ(pooled.n_pools(), 1);
   EXPECT_EQ(refined.candidate_factor(), 3);
   EXPECT_NE(no_remap.key(), pooled.key());
+  // Sequences whose layers hold their selections do not share a step with those that select each time.
+  options = kascade_options(profile);
+  options.dense_layers = std::vector<int>{};
+  options.all_anchors = true;
+  options.select_every = 2;
+  EXPECT_NE(Plan(options, kShape).key(), every.key());
 }
 
 // Which phases are sparse, and what a dense phase and the dense method do.

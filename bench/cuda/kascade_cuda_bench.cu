@@ -328,6 +328,19 @@ void bench_decode(const Shape& s, const kc::Budget& budget, Timer& timer, KvAren
     for (void* pointer : {(void*)codes, (void*)params, (void*)layer_keys, (void*)layer_sketch}) CHECK(cudaFree(pointer));
   }
   {
+    // A held step (select_every 2) of the anchor's sets, selected one key ago:
+    // the list of the sets, their shift and the new key, then attention over it.
+    std::vector<int> selected(s.batch, s.seq_len - 1);
+    int* selected_lens = device_alloc<int>(s.batch);
+    CHECK(cudaMemcpy(selected_lens, selected.data(), s.batch * sizeof(int), cudaMemcpyHostToDevice));
+    kc::Workspace ws;
+    auto run = [&] { kc::held_decode(args, sets, selected_lens, 1, ws, nullptr); };
+    poison_run_check(output, q, s.bf16, run, "held_decode");
+    emit("decode", s, "held", timer.median_ms(run, reps), 2 * sparse_bytes + 2 * index_bytes, 0,
+         double(ws.high_water()) + index_bytes);
+    CHECK(cudaFree(selected_lens));
+  }
+  {
     kc::Workspace ws;
     auto run = [&] { kc::reuse_decode(args, sets, head_map, ws, nullptr); };
     poison_run_check(output, q, s.bf16, run, "reuse_decode");

@@ -425,6 +425,56 @@ void reuse_decode(const AttentionArgs& args, const DecodeIndexSets& anchor, cons
   attend_in_splits(p, args, anchor.max_keys, workspace, stream);
 }
 
+void held_decode(const AttentionArgs& args, const DecodeIndexSets& held, const int* selected_lens, int max_age,
+                 Workspace& workspace, cudaStream_t stream) {
+  validate(args);
+  require_whole_query(args, "held_decode");
+  if (!held.indices || !held.counts || !selected_lens)
+    fail("held_decode: held.indices, held.counts and selected_lens must be set");
+  if (held.max_keys < 1) fail("held_decode: held.max_keys {} must be >= 1", held.max_keys);
+  if (max_age < 0) fail("held_decode: max_age {} is negative", max_age);
+  if (detail::held_keys_shared_bytes(args.max_seq_len) > detail::kHeldKeysMaxSharedBytes)
+    fail("held_decode: max_seq_len {} is above the {} keys a held step can list", args.max_seq_len,
+         (detail::kHeldKeysMaxSharedBytes - detail::held_keys_shared_bytes(0)) / sizeof(unsigned) * 32);
+  // A list holds the selection, its shift (at most as many keys) and the keys added since.
+  const int64_t list_keys = std::min<int64_t>(args.max_seq_len, 2 * held.max_keys + max_age);
+  detail::DecodeParams p = decode_params(args);
+  p.index_stride = list_keys;
+  p.head_counts = true;
+  {
+    detail::DecodeParams planned = p;
+    planned.indices = held.indices;  // a sparse pass: its split floor
+    p.splits = plan_splits(planned, list_keys,
+                           detail::decode_blocks_per_sm(args.dtype, args.head_dim, detail::DecodeMode::Attend, true));
+  }
+  const int64_t sets = int64_t(args.batch) * args.n_kv_heads;
+  detail::HeldKeysParams lists;
+  auto carve = [&](Carver& carver) {
+    carve_partials(carver, p, args.head_dim);
+    lists.keys = carver.take<int>(sets * list_keys);
+    lists.counts = carver.take<int>(sets);
+  };
+  Carver sizing(nullptr);
+  carve(sizing);
+  Carver carver(static_cast<char*>(workspace.reserve(sizing.used())));
+  carve(carver);
+
+  lists.seq_lens = args.seq_lens;
+  lists.selected_lens = selected_lens;
+  lists.selected = held.indices;
+  lists.selected_counts = held.counts;
+  lists.selected_stride = held.max_keys;
+  lists.key_stride = list_keys;
+  lists.batch = args.batch;
+  lists.n_kv_heads = args.n_kv_heads;
+  lists.max_seq_len = args.max_seq_len;
+  detail::launch_held_keys(lists, stream);
+  p.indices = lists.keys;
+  p.counts = lists.counts;
+  const bool dependent = programmatic_launches() && sets < detail::multiprocessor_count();
+  run_decode_pass(p, args.dtype, args.head_dim, detail::DecodeMode::Attend, dependent, stream);
+}
+
 void sketch_keys(const AttentionArgs& args, int new_keys, const void* const* layer_keys,
                  const KeySketch* layer_sketches, int n_layers, cudaStream_t stream) {
   if (args.dtype != DType::F16 && args.dtype != DType::BF16) fail("sketch_keys: dtype {} is unknown", int(args.dtype));

@@ -235,7 +235,10 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
   const int head0 = kv_head * p.group + first_in_group;
   const int b = blockIdx.z;
 
-  const int n_keys = kSparse ? p.counts[b] : p.seq_lens[b];
+  const int set_head = kSparse && p.head_map ? p.head_map[kv_head] : kv_head;
+  const int n_keys = !kSparse        ? p.seq_lens[b]
+                     : p.head_counts ? p.counts[b * p.n_kv_heads + set_head]
+                                     : p.counts[b];
   // Keys below this come from the sketch (key_sketch.h: the block of the
   // newest key stays exact). Sketch passes split at block bounds and give a
   // warp whole blocks, four chunks in a row (chunk_start), so that a block's
@@ -272,7 +275,6 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
   const T* value_base = static_cast<const T*>(p.values);
   const int* index_row = nullptr;
   if constexpr (kSparse) {
-    const int set_head = p.head_map ? p.head_map[kv_head] : kv_head;
     index_row = p.indices + (int64_t(b) * p.n_kv_heads + set_head) * p.index_stride;
   }
   unsigned char* warp_pipeline = pipeline + warp * Config::kStages * Config::kStageBytes;

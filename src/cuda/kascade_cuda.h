@@ -193,6 +193,15 @@ void sketch_keys(const AttentionArgs& args, int new_keys, const void* const* lay
 void reuse_decode(const AttentionArgs& args, const DecodeIndexSets& anchor, const int* head_map,
                   Workspace& workspace, cudaStream_t stream);
 
+// Held decode (AttentionOptions::select_every): attention of each (sequence
+// b, KV head h) over attention/kascade_ops.h's held_keys: h's set in `held`
+// (an anchor_decode selection, its counts per sequence), made when the
+// sequence had selected_lens[b] keys (device [batch]), that set shifted by
+// the seq_lens[b] - selected_lens[b] steps since (at most max_age), and the
+// keys added since. max_seq_len may be at most 1.8M keys.
+void held_decode(const AttentionArgs& args, const DecodeIndexSets& held, const int* selected_lens, int max_age,
+                 Workspace& workspace, cudaStream_t stream);
+
 // Exact top-k of each row (ties to the lower index), ascending indices:
 // row r has lengths[r] values at values + r*row_stride and writes
 // min(k[r], lengths[r]) indices at out + r*out_stride.

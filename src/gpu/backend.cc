@@ -88,10 +88,16 @@ struct StepBuffers {
 
 class CudaBackend;
 
+// What a selecting decode step does with its layers' selections
+// (AttentionOptions::select_every): select afresh; select and keep the sets
+// for the steps that hold them; or hold, attending each layer's kept sets
+// (kascade_cuda.h, held_decode).
+enum class Selection { Select, SelectAndKeep, Hold };
+
 class CudaSequence final : public BackendSequence {
  public:
-  CudaSequence(CudaBackend& owner, std::vector<int> pages, int64_t capacity, Plan plan, int64_t step_keys_from,
-               const int* head_maps);
+  CudaSequence(CudaBackend& owner, uint64_t id, std::vector<int> pages, int64_t capacity, Plan plan,
+               int64_t step_keys_from, const int* head_maps);
   ~CudaSequence() override;
 
   int64_t position() const override { return position_; }
@@ -101,6 +107,7 @@ class CudaSequence final : public BackendSequence {
   model::TimeSplit time() const override { return time_; }
 
   CudaBackend& owner_;
+  uint64_t id_;  // unique in the backend: names the sequence in held selections
   std::vector<int> pages_;
   int64_t capacity_;
   int64_t position_ = 0;
@@ -152,7 +159,9 @@ class CudaBackend final : public engine::Backend {
   std::string memory_report() const override {
     return fmt::format("GPU memory: weights {}, KV pages {} ({} tokens), buffers {}", gib(weight_bytes_),
                        gib(uint64_t(pool_->n_pages()) * pool_->page_bytes()), pool_->n_pages() * options_.page_size,
-                       gib(blas_->workspace_bytes() + prefill_.bytes() + decode_.bytes()));
+                       gib(blas_->workspace_bytes() + prefill_.bytes() + decode_.bytes() +
+                           held_.indices.memory.bytes() + held_.counts.memory.bytes() +
+                           held_.selected_lens.memory.bytes()));
   }
 
   KvPool& pool() { return *pool_; }
@@ -163,8 +172,9 @@ class CudaBackend final : public engine::Backend {
   // Layer l's attention for the step, as the sequence's plan says: queries
   // and output fp16 [n][H][d].
   // n_keys: what the step's sparse-or-dense decision reads (plan.sparse).
+  // selection: what a selecting decode step's anchors do (Selection).
   void attend(StepBuffers& b, int layer, const CudaSequence& seq, Phase phase, int64_t n_keys,
-              const kc::AttentionArgs& args);
+              const kc::AttentionArgs& args, Selection selection = Selection::Select);
   // The geometry of an attention call over `batch` sequences; a step sets its tensors.
   kc::AttentionArgs attention_args(int batch) const;
   // The products and elementwise steps around attention for rows [0, n).
@@ -191,7 +201,13 @@ class CudaBackend final : public engine::Backend {
   // Every kernel of a decode step whose metadata is on the device.
   // plan_keys: the keys the plan's layer actions are read at, the longest
   // sequence's in a selecting step (sparse_decode_step), 0 (dense) otherwise.
-  void decode_kernels(const CudaSequence& seq, int64_t batch, int64_t stride, int bucket, int64_t plan_keys);
+  void decode_kernels(const CudaSequence& seq, int64_t batch, int64_t stride, int bucket, int64_t plan_keys,
+                      Selection selection);
+  // Whether a selecting step of these sequences holds the kept selections
+  // (select_every), and if not, room to keep its own.
+  Selection held_or_fresh(std::span<BackendSequence* const> sequences, int select_every);
+  // Layer l's kept sets.
+  kc::DecodeIndexSets held_sets(int layer) const;
   // The fields of a QkvStep fixed by the model and the page size; a step sets the rest.
   QkvStep model_qkv_step() const;
   void sync(const char* what) { check(cudaStreamSynchronize(stream_), what); }
@@ -220,11 +236,27 @@ class CudaBackend final : public engine::Backend {
   GraphCache graphs_;
   // Head maps on the device, one copy per distinct Kascade plan.
   std::map<std::string, DeviceMemory> head_maps_;
+  uint64_t next_sequence_id_ = 0;
+  // The selections that held steps attend: every layer's sets from the last
+  // step that kept them ([layer][batch][n_kv_heads][max_keys], counts
+  // [layer][batch]) and the sequences' lengths then, for the sequences of
+  // that step in its order. A step holds them only for the same sequences,
+  // each one position on, up to select_every - 1 steps; any other step of
+  // a selecting plan selects afresh.
+  struct HeldSelections {
+    Buffer<int> indices, counts, selected_lens;
+    int64_t batch = 0, max_keys = 0;  // what the buffers are laid out for
+    std::vector<uint64_t> sequences;  // ids, in batch order
+    std::vector<int64_t> positions;   // at their last step
+    int age = 0;                      // steps since the selection
+    bool valid = false;
+  } held_;
 };
 
-CudaSequence::CudaSequence(CudaBackend& owner, std::vector<int> pages, int64_t capacity, Plan plan,
+CudaSequence::CudaSequence(CudaBackend& owner, uint64_t id, std::vector<int> pages, int64_t capacity, Plan plan,
                            int64_t step_keys_from, const int* head_maps)
     : owner_(owner),
+      id_(id),
       pages_(std::move(pages)),
       capacity_(capacity),
       plan_(std::move(plan)),
@@ -346,7 +378,6 @@ void CudaBackend::check_supported(const Plan& plan) const {
                             : o.pre_softmax_pooling ? "--pre-softmax-pooling"
                             : o.fixed_budget        ? "--fixed-budget"
                             : o.own_tile_in_budget  ? "--own-tile-in-budget"
-                            : o.select_every > 1    ? "--select-every"
                                                     : nullptr;
   if (unsupported) fail("Kascade with {} runs on the CPU only (--device cpu)", unsupported);
   if (o.tile < 1 || o.tile > 1024) fail("the GPU's Kascade tile must be in [1, 1024], got {}", o.tile);
@@ -375,8 +406,8 @@ std::unique_ptr<BackendSequence> CudaBackend::new_sequence(const engine::Sequenc
   const int64_t n_pages = (options.capacity + options_.page_size - 1) / options_.page_size;
   const int64_t step_keys_from =
       options.attention.sparse_from ? 0 : sparse_step_keys(config_.n_kv_heads, config_.head_dim, device_.memory_bandwidth);
-  return std::make_unique<CudaSequence>(*this, pool_->take(n_pages), options.capacity, std::move(plan), step_keys_from,
-                                        head_maps);
+  return std::make_unique<CudaSequence>(*this, next_sequence_id_++, pool_->take(n_pages), options.capacity,
+                                        std::move(plan), step_keys_from, head_maps);
 }
 
 void CudaBackend::copy_prefix(BackendSequence& to, const BackendSequence& from) {
@@ -445,7 +476,7 @@ float* CudaBackend::logits_of_last(StepBuffers& b, const float* x_rows, int64_t 
 }
 
 void CudaBackend::attend(StepBuffers& b, int layer, const CudaSequence& seq, Phase phase, int64_t n_keys,
-                         const kc::AttentionArgs& args) {
+                         const kc::AttentionArgs& args, Selection selection) {
   const Plan& plan = seq.plan_;
   const LayerPlan& step = plan.layer(phase, layer, n_keys);
   const bool prefill = phase == Phase::Prefill;
@@ -456,7 +487,10 @@ void CudaBackend::attend(StepBuffers& b, int layer, const CudaSequence& seq, Pha
     return kc::PrefillIndexSets{b.indices.memory.as<int>(), b.tile_offsets.memory.as<int64_t>(),
                                 prefill_layout_.per_head(), int(plan.options().tile), prefill_layout_.first_tile};
   };
-  const kc::DecodeIndexSets decode_sets{b.indices.memory.as<int>(), b.counts.memory.as<int>(), decode_max_keys_};
+  const kc::DecodeIndexSets decode_sets =
+      selection == Selection::Select ? kc::DecodeIndexSets{b.indices.memory.as<int>(), b.counts.memory.as<int>(),
+                                                           decode_max_keys_}
+                                     : held_sets(layer);
   switch (step.action) {
     case LayerAction::Dense:
       if (prefill) return kc::dense_prefill(args, nullptr, b.attention, stream_);
@@ -465,6 +499,12 @@ void CudaBackend::attend(StepBuffers& b, int layer, const CudaSequence& seq, Pha
     case LayerAction::Anchor: {
       const bool dense_output = step.action == LayerAction::DenseAnchor;
       if (prefill) return kc::anchor_prefill(args, budget, dense_output, prefill_sets(), b.attention, stream_);
+      if (selection == Selection::Hold) {
+        // A dense anchor's sets are for reuse layers, which a holding plan has not.
+        if (dense_output) return kc::dense_decode(args, nullptr, b.attention, stream_);
+        return kc::held_decode(args, decode_sets, held_.selected_lens.memory.as<int>(),
+                               plan.options().select_every - 1, b.attention, stream_);
+      }
       kc::AttentionArgs scored = args;
       if (step.sketch) scored.key_sketch = pool_->sketch(layer);
       return kc::anchor_decode(scored, budget, dense_output, decode_sets, b.attention, stream_);
@@ -694,7 +734,8 @@ QkvStep CudaBackend::model_qkv_step() const {
 
 // Reads the metadata decode() uploaded to decode_.meta: tokens [B], positions
 // [B], lengths [B], the sequence of each row [B], the page table [B][stride].
-void CudaBackend::decode_kernels(const CudaSequence& seq, int64_t B, int64_t stride, int bucket, int64_t plan_keys) {
+void CudaBackend::decode_kernels(const CudaSequence& seq, int64_t B, int64_t stride, int bucket, int64_t plan_keys,
+                                 Selection selection) {
   const model::Config& c = config_;
   const int* meta = decode_.meta.memory.as<int>();
   float* x = decode_.x.memory.as<float>();
@@ -719,12 +760,16 @@ void CudaBackend::decode_kernels(const CudaSequence& seq, int64_t B, int64_t str
   args.page_table_stride = stride;
 
   gather_rows(embedding_.view, meta, int(B), c.embedding_scale, x, stream_);
+  if (selection == Selection::SelectAndKeep)
+    check(cudaMemcpyAsync(held_.selected_lens.memory.data(), args.seq_lens, size_t(B) * sizeof(int),
+                          cudaMemcpyDeviceToDevice, stream_),
+          "held lengths copy");
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& w = layers_[size_t(l)];
     project_qkv(decode_, w, l, x, B, qkv_template);
     args.keys = pool_->keys(l);
     args.values = pool_->values(l);
-    attend(decode_, l, seq, Phase::Decode, plan_keys, args);
+    attend(decode_, l, seq, Phase::Decode, plan_keys, args, selection);
     add_attention(decode_, w, decode_.attended.memory.as<uint16_t>(), x, B);
     feed_forward(decode_, w, x, B);
   }
@@ -775,9 +820,12 @@ void CudaBackend::decode(std::span<BackendSequence* const> sequences, std::span<
   // A step's layers are sparse or dense by its longest sequence and its keys
   // together (sparse_decode_step), which the key therefore names.
   const bool sparse = sparse_decode_step(first.plan_, max_len, step_keys, first.step_keys_from_);
+  const int select_every = first.plan_.options().select_every;
+  const Selection selection = sparse && select_every > 1 ? held_or_fresh(sequences, select_every) : Selection::Select;
+  if (selection == Selection::Select) held_.valid = false;
   graphs_.run(
-      fmt::format("{} {} {} {} {}", B, stride, bucket, sparse, first.plan_.key()), stream_,
-      [&] { decode_kernels(first, B, stride, bucket, sparse ? max_len : 0); },
+      fmt::format("{} {} {} {} {} {}", B, stride, bucket, sparse, int(selection), first.plan_.key()), stream_,
+      [&] { decode_kernels(first, B, stride, bucket, sparse ? max_len : 0, selection); },
       [&] { return decode_.attention.high_water(); });
   check(cudaMemcpyAsync(logits, decode_.logits.memory.data(), size_t(B) * c.vocab_size * sizeof(float),
                         cudaMemcpyDeviceToHost, stream_),
@@ -789,6 +837,44 @@ void CudaBackend::decode(std::span<BackendSequence* const> sequences, std::span<
     ++seq.position_;
     seq.time_.total_seconds += seconds;
   }
+}
+
+Selection CudaBackend::held_or_fresh(std::span<BackendSequence* const> sequences, int select_every) {
+  const size_t B = sequences.size();
+  bool hold = held_.valid && held_.age + 1 < select_every && held_.sequences.size() == B;
+  for (size_t b = 0; hold && b < B; ++b) {
+    const CudaSequence& seq = on_gpu(*sequences[b]);
+    hold = seq.id_ == held_.sequences[b] && seq.position_ == held_.positions[b] + 1;
+  }
+  held_.sequences.resize(B);
+  held_.positions.resize(B);
+  for (size_t b = 0; b < B; ++b) {
+    held_.sequences[b] = on_gpu(*sequences[b]).id_;
+    held_.positions[b] = on_gpu(*sequences[b]).position_;
+  }
+  if (hold) {
+    ++held_.age;
+    return Selection::Hold;
+  }
+  // Room for this step's sets; moving the buffers drops the graphs that hold them.
+  if (held_.batch < int64_t(B) || held_.max_keys < decode_max_keys_) {
+    held_.batch = std::max(held_.batch, int64_t(B));
+    held_.max_keys = decode_max_keys_;
+    const int64_t layers = config_.n_layers;
+    held_.indices.get(layers * held_.batch * config_.n_kv_heads * held_.max_keys, "held Kascade selections");
+    held_.counts.get(layers * held_.batch, "held Kascade selections");
+    held_.selected_lens.get(held_.batch, "held Kascade selections");
+    graphs_.clear();
+  }
+  held_.age = 0;
+  held_.valid = true;
+  return Selection::SelectAndKeep;
+}
+
+kc::DecodeIndexSets CudaBackend::held_sets(int layer) const {
+  const int64_t per_layer = held_.batch * config_.n_kv_heads * held_.max_keys;
+  return {held_.indices.memory.as<int>() + layer * per_layer, held_.counts.memory.as<int>() + layer * held_.batch,
+          held_.max_keys};
 }
 
 }  // namespace

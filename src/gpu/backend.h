@@ -15,6 +15,12 @@
 // prefill_chunk rows, its attention over a contiguous copy of the keys and
 // values so far (the prefill kernels read a contiguous cache).
 //
+// Held selections (AttentionOptions::select_every) are decided per step, not
+// per sequence as on the CPU: a step holds when it decodes the sequences of
+// the step that selected, in its order, each one position on; a step of
+// other sequences (one joined, one left, another decode group) selects
+// afresh, as without holding.
+//
 // Not on the GPU (a one-line error says so): sliding-window models (Gemma 3),
 // the comparison strategies, Kascade's refined reuse and its pooling,
 // fixed-budget and own-tile ablations.

@@ -60,7 +60,9 @@
 //                        key added since (Recycled Attention's and
 //                        TokenSelect's observation: consecutive decode queries
 //                        want mostly the same keys). Up to twice the budget.
-//                        Needs every layer selecting (no reuse).
+//                        Needs every layer selecting (no reuse). The GPU
+//                        holds only for a batch unchanged since it selected
+//                        (gpu/backend.h).
 // The defaults, decode-only with every layer an anchor, are what kept dense
 // accuracy on real models at p = 10 (docs/accuracy.md): cross-layer reuse
 // (all_anchors = false) and sparse prefill lost needles on them.

@@ -75,11 +75,11 @@ Plan::Plan(const AttentionOptions& options, const Shape& shape) : options_(optio
     anchors.push_back(layer.anchor);
   }
   key_ += fmt::format(" p={} min_k={} tile={} prefill={} decode={} from={} sketch={} refine={} pooled={} pre={} "
-                      "fixed={} own={} {} anchors {} pools {}",
+                      "fixed={} own={} every={} {} anchors {} pools {}",
                       options.budget_percent, options.min_k, options.tile, sparse_prefill_, sparse_decode_,
                       sparse_from_, options.scoring == Scoring::Sketch,
                       options.refine_factor, options.all_heads_pooled, options.pre_softmax_pooling,
-                      options.fixed_budget, options.own_tile_in_budget, actions,
+                      options.fixed_budget, options.own_tile_in_budget, options.select_every, actions,
                       fmt::join(anchors, ","),
                       fmt::join(flat_pools_, ","));
 }

@@ -436,6 +436,44 @@ void test_decode(const Problem& p, const kc::Budget& budget) {
       }
     expect_output(meter, name + " reuse (head map) output");
   }
+
+  // Held steps (select_every): sets selected `age` steps ago, each with a run
+  // of neighbours (a copying head's, whose shift overlaps it), against
+  // held_keys' lists. Ages 0 (the selecting step) to max_age.
+  {
+    constexpr int kMaxAge = 7;
+    std::vector<int> selected_lens(p.batch()), held_counts(p.batch());
+    std::vector<int> held(size_t(p.batch()) * p.n_kv_heads * max_keys, -1);
+    std::vector<std::vector<int32_t>> lists(size_t(p.batch()) * p.n_kv_heads);
+    for (int b = 0; b < p.batch(); ++b) {
+      const int age = int(rng() % uint64_t(std::min(kMaxAge, p.lens[b] - 1) + 1));
+      selected_lens[b] = p.lens[b] - age;
+      held_counts[b] = int(kascade::budget(selected_lens[b], budget.percent, budget.min_keys));
+      for (int h = 0; h < p.n_kv_heads; ++h) {
+        std::set<int32_t> chosen;
+        const int run = std::min(held_counts[b] / 2, 20);
+        const int run_start = int(rng() % uint64_t(selected_lens[b] - run + 1));
+        for (int i = 0; i < run; ++i) chosen.insert(run_start + i);
+        while (int(chosen.size()) < held_counts[b]) chosen.insert(int32_t(rng() % uint64_t(selected_lens[b])));
+        const std::vector<int32_t> set(chosen.begin(), chosen.end());
+        std::copy(set.begin(), set.end(), held.begin() + (int64_t(b) * p.n_kv_heads + h) * max_keys);
+        ka::held_keys(set, selected_lens[b], p.lens[b], lists[size_t(b) * p.n_kv_heads + h]);
+      }
+    }
+    DeviceBuffer<int> device_held(held.size()), device_counts(held_counts.size()), device_lens(selected_lens.size());
+    device_held.upload(held);
+    device_counts.upload(held_counts);
+    device_lens.upload(selected_lens);
+    output.poison();
+    kc::held_decode(args, {device_held.data, device_counts.data, max_keys}, device_lens.data, kMaxAge, workspace,
+                    nullptr);
+    check_cuda(cudaDeviceSynchronize(), "held_decode");
+    const std::vector<uint16_t> gpu = output.download();
+    ErrorMeter meter;
+    for (int b = 0; b < p.batch(); ++b)
+      for (int h = 0; h < p.n_kv_heads; ++h) compare(gpu, b, h, reference(b, h, &lists[size_t(b) * p.n_kv_heads + h]), meter);
+    expect_output(meter, name + " held output");
+  }
 }
 
 // The key sketch: sketch_keys bit-equal to the CPU's sketch_block, in the

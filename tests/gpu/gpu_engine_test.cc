@@ -245,6 +245,60 @@ TEST_F(GpuEngine, BatchedDecodeMatchesTheCpu) {
   }
 }
 
+// Held selections (select_every 2: every other decode step attends each
+// layer's last selection, shifted, plus the new keys): alone and batched, the
+// GPU holds at the steps the CPU holds, with the CPU's lists (logits within
+// the Kascade bound); the first step selects as without holding, the held
+// ones differ from selecting afresh.
+TEST_F(GpuEngine, HeldSelectionsMatchTheCpu) {
+  const std::string path = synthetic_model(TensorType::Q8_0, 4);
+  auto gpu = gpu::make_cuda_backend(path);
+  auto cpu = engine::make_cpu_backend(path);
+  const int vocab = gpu->config().vocab_size;
+  AttentionOptions fresh;
+  fresh.method = Method::Kascade;
+  fresh.budget_percent = 10;
+  fresh.min_k = 32;
+  fresh.sparse_from = 1;  // every step selects or holds, on both engines
+  AttentionOptions held = fresh;
+  held.select_every = 2;
+
+  const std::vector<int32_t> prompt = random_tokens(1500, vocab, 7);
+  const GreedyRun gpu_held = greedy(*gpu, held, prompt, 10);
+  EXPECT_GE(expect_parity(gpu_held, greedy(*cpu, held, prompt, 10), 0.15, "held, alone"), 3u);
+  const GreedyRun gpu_fresh = greedy(*gpu, fresh, prompt, 10);
+  ASSERT_EQ(gpu_fresh.tokens[0], gpu_held.tokens[0]);
+  // logits[1] follow the first decode step (it selects), logits[2] the second (it holds).
+  EXPECT_LT(relative_error(gpu_held.logits[1], gpu_fresh.logits[1]), 1e-6) << "a selecting step";
+  EXPECT_GT(relative_error(gpu_held.logits[2], gpu_fresh.logits[2]), 1e-3) << "a held step";
+
+  // A batch of three lengths, teacher-forced with the CPU's tokens.
+  const std::vector<std::vector<int32_t>> prompts = {random_tokens(1200, vocab, 8), random_tokens(2100, vocab, 9),
+                                                     random_tokens(1650, vocab, 10)};
+  std::vector<std::unique_ptr<engine::BackendSequence>> on_gpu, on_cpu;
+  std::vector<engine::BackendSequence*> batch;
+  for (const auto& p : prompts) {
+    const engine::SequenceOptions sequence{int64_t(p.size()) + 8, held, attention::KvType::F16};
+    on_gpu.push_back(gpu->new_sequence(sequence));
+    on_cpu.push_back(cpu->new_sequence(sequence));
+    gpu->prefill(*on_gpu.back(), p, {}, 512);
+    cpu->prefill(*on_cpu.back(), p, {}, 512);
+    batch.push_back(on_gpu.back().get());
+  }
+  std::vector<float> batched(prompts.size() * size_t(vocab)), reference(static_cast<size_t>(vocab));
+  std::vector<int32_t> tokens = {11, 12, 13};
+  for (int step = 0; step < 6; ++step) {
+    gpu->decode(batch, tokens, batched.data());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      engine::BackendSequence* one[] = {on_cpu[i].get()};
+      cpu->decode(one, std::span(&tokens[i], 1), reference.data());
+      EXPECT_LT(relative_error(std::span(batched.data() + i * vocab, size_t(vocab)), reference), 0.15)
+          << "held, batched: sequence " << i << " step " << step;
+      tokens[i] = argmax(reference);
+    }
+  }
+}
+
 // A random weight matrix in the file encoding of `type` (BF16, F16, Q8_0,
 // Q4_K or Q6_K), with its bytes: scales and mins of either sign, every quant value.
 struct HostWeight {
@@ -695,13 +749,21 @@ TEST_F(GpuEngine, DefaultModelMatchesTheCpu) {
   // decodes steps this small densely, and its logits would then differ from
   // the CPU's selecting ones by Kascade's own error (11-19 % on some prompts).
   kascade.sparse_from = engine::kCpuSparseFrom;
+  // The default's every layer selecting, held at every other step.
+  AttentionOptions held;
+  held.method = Method::Kascade;
+  held.profile = kascade.profile;
+  held.sparse_from = engine::kCpuSparseFrom;
+  held.select_every = 2;
   size_t compared = 0, runs = 0;  // decode tokens compared before a near-tie, over all prompts
   const int64_t lengths[] = {1000, 8000, 2000, 7000, 3000, 6000, 4000, 5000, 1500, 8000};
   for (size_t p = 0; p < std::size(lengths); ++p) {
     const std::vector<int32_t> prompt = prose(haystack, 1000 + int64_t(p) * 30011, lengths[p]);
-    for (const AttentionOptions& options : {dense(), kascade}) {
+    for (const AttentionOptions& options : {dense(), kascade, held}) {
       compared += expect_parity(greedy(*gpu, options, prompt, 8), greedy(*cpu, options, prompt, 8), 0.05,
-                                fmt::format("default model, prompt {}, {} tokens, {}", p, lengths[p], method_name(options.method)));
+                                fmt::format("default model, prompt {}, {} tokens, {}{}", p, lengths[p],
+                                            method_name(options.method),
+                                            options.select_every > 1 ? " held" : ""));
       ++runs;
     }
   }
