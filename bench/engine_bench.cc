@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
           // captured as a graph: those of each kind are left out. A plan that
           // holds its selections (select_every N) alternates N kinds of step,
           // so its time is the median over runs of N steps of their mean.
-          const int cycle = std::max(1, spec.options.select_every);
+          const int cycle = select_every_or_default(spec.options);
           steps.erase(steps.begin(), steps.begin() + std::min<ptrdiff_t>(std::ssize(steps), 2 * cycle));
           std::vector<double> cycles;
           for (size_t i = 0; i + size_t(cycle) <= steps.size(); i += size_t(cycle)) {

@@ -99,7 +99,7 @@ reference::KascadeSettings settings(const AttentionOptions& o, const KascadeProf
   s.own_tile_in_budget = o.own_tile_in_budget;
   s.refine = o.refine_factor;
   s.sketch = o.scoring == Scoring::Sketch;
-  s.every = o.select_every;
+  s.every = select_every_or_default(o);
   return s;
 }
 

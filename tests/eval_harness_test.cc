@@ -67,7 +67,12 @@ TEST(EvalStrategySpec, ParsesVariants) {
   EXPECT_EQ(s.options.sparse_from, 4096);
   EXPECT_EQ(parse_strategy_spec("kascade-exact-scoring", 10).options.scoring, Scoring::Exact);
   EXPECT_EQ(parse_strategy_spec("kascade-every4", 10).options.select_every, 4);
-  EXPECT_EQ(parse_strategy_spec("kascade", 10).options.select_every, 1);
+  EXPECT_EQ(parse_strategy_spec("kascade-every1", 10).options.select_every, 1);
+  // Unset: every layer selecting holds for one step in two, with reuse none does.
+  EXPECT_FALSE(parse_strategy_spec("kascade", 10).options.select_every.has_value());
+  EXPECT_EQ(select_every_or_default(parse_strategy_spec("kascade", 10).options), 2);
+  EXPECT_EQ(select_every_or_default(parse_strategy_spec("kascade-reuse", 10).options), 1);
+  EXPECT_EQ(select_every_or_default(parse_strategy_spec("quest", 10).options), 1);
 }
 
 TEST(EvalStrategySpec, RejectsUnknownNames) {
@@ -76,7 +81,7 @@ TEST(EvalStrategySpec, RejectsUnknownNames) {
                           "kascade-refine1", "kascade-refine3-refine2", "omnikv-refine3", "kascade-sparse-prefill-prefill-only",
                           "kascade-mink0", "dense-mink8", "quest-reuse", "kascade-refine", "kascade-decode-only",
                           "kascade-reuse-reuse", "dense-sketch-scoring", "kascade-from", "kascade-sketch-scoring-sketch-scoring",
-                          "kascade-sketch-scoring-exact-scoring", "kascade-every1", "kascade-every", "dense-every4",
+                          "kascade-sketch-scoring-exact-scoring", "kascade-every0", "kascade-every", "dense-every4",
                           "quest-every2", "kascade-every2-every3"})
     EXPECT_THROW(parse_strategy_spec(bad, 10), Error) << bad;
 }

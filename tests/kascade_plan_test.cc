@@ -74,11 +74,14 @@ TEST(KascadePlan, Ablations) {
   EXPECT_EQ(pooled.n_pools(), 1);
   EXPECT_EQ(refined.candidate_factor(), 3);
   EXPECT_NE(no_remap.key(), pooled.key());
-  // Sequences whose layers hold their selections do not share a step with those that select each time.
+  // Every layer selecting holds by default; sequences that select at every
+  // step do not share a decode step with those.
+  EXPECT_EQ(every.select_every(), kDefaultSelectEvery);
+  EXPECT_EQ(refined.select_every(), 1);
   options = kascade_options(profile);
   options.dense_layers = std::vector<int>{};
   options.all_anchors = true;
-  options.select_every = 2;
+  options.select_every = 1;
   EXPECT_NE(Plan(options, kShape).key(), every.key());
 }
 

@@ -130,7 +130,7 @@ class KascadeStrategy final : public Strategy {
     const int64_t n_keys = step.first_position + step.n_queries;
     const int64_t age = n_keys - held.selected_keys;
     if (step.phase != Phase::Decode || step.n_queries != 1 || held.selected.empty() || held.n_keys != n_keys - 1 ||
-        age >= plan_.options().select_every)
+        age >= plan_.select_every())
       return false;
     for (size_t p = 0; p < held.selected.size(); ++p)
       held_keys(held.selected[p], held.selected_keys, n_keys, held.attended[p]);
@@ -142,7 +142,7 @@ class KascadeStrategy final : public Strategy {
   void keep_for_later(const Step& step) {
     HeldSets& held = held_[size_t(step.layer)];
     held = {};
-    if (plan_.options().select_every <= 1 || step.phase != Phase::Decode || step.n_queries != 1) return;
+    if (plan_.select_every() <= 1 || step.phase != Phase::Decode || step.n_queries != 1) return;
     held.selected_keys = held.n_keys = step.first_position + 1;
     for (int p = 0; p < selector_.n_pools(); ++p) {
       const std::span<const int32_t> set = selector_.set(0, p);

@@ -503,7 +503,7 @@ void CudaBackend::attend(StepBuffers& b, int layer, const CudaSequence& seq, Pha
         // A dense anchor's sets are for reuse layers, which a holding plan has not.
         if (dense_output) return kc::dense_decode(args, nullptr, b.attention, stream_);
         return kc::held_decode(args, decode_sets, held_.selected_lens.memory.as<int>(),
-                               plan.options().select_every - 1, b.attention, stream_);
+                               plan.select_every() - 1, b.attention, stream_);
       }
       kc::AttentionArgs scored = args;
       if (step.sketch) scored.key_sketch = pool_->sketch(layer);
@@ -820,7 +820,7 @@ void CudaBackend::decode(std::span<BackendSequence* const> sequences, std::span<
   // A step's layers are sparse or dense by its longest sequence and its keys
   // together (sparse_decode_step), which the key therefore names.
   const bool sparse = sparse_decode_step(first.plan_, max_len, step_keys, first.step_keys_from_);
-  const int select_every = first.plan_.options().select_every;
+  const int select_every = first.plan_.select_every();
   const Selection selection = sparse && select_every > 1 ? held_or_fresh(sequences, select_every) : Selection::Select;
   if (selection == Selection::Select) held_.valid = false;
   graphs_.run(

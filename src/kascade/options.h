@@ -53,7 +53,7 @@
 //                        top budget exactly; exact: from the fp16 keys;
 //                        unset: the engine's measured choice.
 //   sparse_from          decode steps with fewer keys attend densely.
-//   select_every S > 1   a selecting layer ranks keys at one decode step in
+//   select_every S       a selecting layer ranks keys at one decode step in
 //                        S; at the S - 1 steps after it, it attends its
 //                        selection, the selection shifted by the steps since
 //                        (a head copying text moves one key a step) and every
@@ -63,9 +63,11 @@
 //                        Needs every layer selecting (no reuse). The GPU
 //                        holds only for a batch unchanged since it selected
 //                        (gpu/backend.h).
-// The defaults, decode-only with every layer an anchor, are what kept dense
-// accuracy on real models at p = 10 (docs/accuracy.md): cross-layer reuse
-// (all_anchors = false) and sparse prefill lost needles on them.
+//                        Unset: 2 with every layer selecting, else 1.
+// The defaults, decode-only with every layer an anchor holding its selection
+// every other step, are what kept dense accuracy on real models at p = 10
+// (docs/accuracy.md): cross-layer reuse (all_anchors = false) and sparse
+// prefill lost needles on them.
 // Kascade variant (KASCADE.md, "refined reuse"):
 //   refine_factor c > 1  anchors keep c x budget candidates per KV head; each
 //                        reuse layer scores its candidates (through the head
@@ -124,8 +126,9 @@ struct AttentionOptions {
   // path costs more than it saves); unset: the engine's measured break-even
   // (the GPU's also counts the keys of the whole batch, gpu/backend.h).
   std::optional<int64_t> sparse_from;
-  // Decode steps per selection of a selecting layer (1: it selects at every step).
-  int select_every = 1;
+  // Decode steps per selection of a selecting layer (1: it selects at every
+  // step); unset: select_every_or_default's.
+  std::optional<int> select_every;
 
   // Layers attended densely; unset: kascade/oracle-topk {0}, quest {0, 1}.
   std::optional<std::vector<int>> dense_layers;
@@ -192,6 +195,16 @@ AttentionOptions parse_attention_spec(std::string_view spec, const AttentionOpti
 // Checks the options against the attention shape (Error naming the option):
 // the one check every front end and both engines run before a sequence.
 void validate_attention(const AttentionOptions& options, const Shape& shape);
+
+// Kascade's selecting layers hold their selection for one decode step in two
+// by default: on Qwen2.5-Coder-1.5B (8K, 16K, 24K, 200 paired samples each)
+// and SmolLM2-135M (2K, 4K, 8K) it kept the accuracy of selecting at every
+// step within a point, and it decodes faster on both engines
+// (docs/accuracy.md, "Held selections"; docs/benchmarks.md; docs/gpu_engine.md).
+inline constexpr int kDefaultSelectEvery = 2;
+// options.select_every where set, else kDefaultSelectEvery where every layer
+// selects (Kascade without reuse) and 1 otherwise.
+int select_every_or_default(const AttentionOptions& options);
 
 // Layer choices published for 32-layer Llama models mapped to n_layers:
 // round(l * n_layers / 32), clamped to the last layer, duplicates dropped.

@@ -33,6 +33,7 @@ Plan::Plan(const AttentionOptions& options, const Shape& shape) : options_(optio
   sparse_prefill_ = phases != SparsePhases::DecodeOnly;
   sparse_decode_ = phases != SparsePhases::PrefillOnly;
   sparse_from_ = options.sparse_from.value_or(0);
+  select_every_ = select_every_or_default(options);
   n_pools_ = options.all_heads_pooled ? 1 : shape.n_kv_heads;
 
   const KascadeProfile profile = options.profile ? *options.profile : default_profile(shape);
@@ -79,7 +80,7 @@ Plan::Plan(const AttentionOptions& options, const Shape& shape) : options_(optio
                       options.budget_percent, options.min_k, options.tile, sparse_prefill_, sparse_decode_,
                       sparse_from_, options.scoring == Scoring::Sketch,
                       options.refine_factor, options.all_heads_pooled, options.pre_softmax_pooling,
-                      options.fixed_budget, options.own_tile_in_budget, options.select_every, actions,
+                      options.fixed_budget, options.own_tile_in_budget, select_every_, actions,
                       fmt::join(anchors, ","),
                       fmt::join(flat_pools_, ","));
 }

@@ -57,6 +57,8 @@ class Plan {
     return sparse(phase) && (phase == Phase::Prefill || n_keys >= sparse_from_);
   }
   int64_t sparse_from() const { return sparse_from_; }
+  // Decode steps per selection of a selecting layer (select_every_or_default).
+  int select_every() const { return select_every_; }
   // The layer's action in a step of this phase that sees n_keys keys (Dense
   // where the step is not sparse).
   const LayerPlan& layer(Phase phase, int layer, int64_t n_keys) const;
@@ -87,6 +89,7 @@ class Plan {
   Shape shape_;
   bool sparse_prefill_ = false, sparse_decode_ = false, uses_sketch_ = false;
   int64_t sparse_from_ = 0;
+  int select_every_ = 1;
   int n_pools_ = 1;
   std::vector<LayerPlan> prefill_layers_, decode_layers_;  // the actions of a sparse phase
   LayerPlan dense_layer_;                 // every layer of a dense phase
