@@ -199,7 +199,7 @@ void validate_attention(const AttentionOptions& options, const Shape& shape);
 // Kascade's selecting layers hold their selection for one decode step in two
 // by default: on Qwen2.5-Coder-1.5B (8K, 16K, 24K, 200 paired samples each)
 // and SmolLM2-135M (2K, 4K, 8K) it kept the accuracy of selecting at every
-// step within a point, and it decodes faster on both engines
+// step within 1.2 points either way, and it decodes faster on both engines
 // (docs/accuracy.md, "Held selections"; docs/benchmarks.md; docs/gpu_engine.md).
 inline constexpr int kDefaultSelectEvery = 2;
 // options.select_every where set, else kDefaultSelectEvery where every layer
