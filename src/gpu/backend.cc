@@ -405,7 +405,9 @@ std::unique_ptr<BackendSequence> CudaBackend::new_sequence(const engine::Sequenc
   }
   const int64_t n_pages = (options.capacity + options_.page_size - 1) / options_.page_size;
   const int64_t step_keys_from =
-      options.attention.sparse_from ? 0 : sparse_step_keys(config_.n_kv_heads, config_.head_dim, device_.memory_bandwidth);
+      options.attention.sparse_from
+          ? 0
+          : sparse_step_keys(config_.n_kv_heads, config_.head_dim, plan.select_every(), device_.memory_bandwidth);
   return std::make_unique<CudaSequence>(*this, next_sequence_id_++, pool_->take(n_pages), options.capacity,
                                         std::move(plan), step_keys_from, head_maps);
 }
@@ -879,11 +881,12 @@ kc::DecodeIndexSets CudaBackend::held_sets(int layer) const {
 
 }  // namespace
 
-int64_t sparse_step_keys(int64_t n_kv_heads, int64_t head_dim, double memory_bandwidth) {
+int64_t sparse_step_keys(int64_t n_kv_heads, int64_t head_dim, int select_every, double memory_bandwidth) {
   const int64_t width = n_kv_heads * head_dim;
   const double ratio = memory_bandwidth / kGpuSparseRuleBandwidth;
   const double scale = ratio > 1.1 ? ratio : 1.0;
-  return int64_t(std::ceil(double(kGpuSparseStepKeyElements) * scale / double(width)));
+  const int64_t elements = select_every > 1 ? kGpuHeldStepKeyElements : kGpuSparseStepKeyElements;
+  return int64_t(std::ceil(double(elements) * scale / double(width)));
 }
 
 bool sparse_decode_step(const Plan& plan, int64_t longest, int64_t step_keys, int64_t step_keys_from) {

@@ -41,7 +41,8 @@ namespace kascade::gpu {
 // what the keys repay grows with the bytes a dense layer reads. So a step
 // selects when its longest sequence has kGpuSparseFrom keys and its
 // sequences' keys, times the width of a layer's keys (KV heads x head_dim),
-// reach kGpuSparseStepKeyElements. Measured on the H100 (docs/gpu_engine.md,
+// reach kGpuSparseStepKeyElements (kGpuHeldStepKeyElements for a plan that
+// holds its selections). Measured on the H100 (docs/gpu_engine.md,
 // "The step rule measured"), synthetic Q4_K models, every layer selecting vs
 // dense: 8B (8 x 128) 32K x 1 0.91x, x 2 1.08x; 64K x 1 1.03x; 16K x 4 1.09x;
 // 8K x 4 1.01x, x 8 1.13x; 1.5B (2 x 128) 8K x 16 1.01x, x 32 1.11x; 16K x 16
@@ -49,6 +50,13 @@ namespace kascade::gpu {
 // when AttentionOptions::sparse_from is set: it decides alone.
 inline constexpr int64_t kGpuSparseFrom = 8192;
 inline constexpr int64_t kGpuSparseStepKeyElements = int64_t(64) * 1024 * 1024;  // 64K keys of 8 x 128
+// A plan whose selecting layers hold their sets (select_every > 1, the
+// default) runs that chain at one step in select_every and a held pass
+// (about twice the budget's keys, no scoring) at the others, so it pays from
+// fewer keys. Measured on the H100 (docs/gpu_engine.md, "The step rule for
+// holding plans"), holding every other step vs dense: 1.5B 8K x 16 (32 Mi)
+// 1.18x, 30K x 1 (7.3 Mi) 0.85x.
+inline constexpr int64_t kGpuHeldStepKeyElements = int64_t(32) * 1024 * 1024;
 
 // The memory bandwidth of the device the elements were measured on (the H100
 // SXM's HBM3 at its peak clock). The chain's cost is mostly not bandwidth
@@ -60,10 +68,11 @@ inline constexpr int64_t kGpuSparseStepKeyElements = int64_t(64) * 1024 * 1024; 
 // 4.8 TB/s asks for ~94K of the 8B's keys). Slower devices keep it.
 inline constexpr double kGpuSparseRuleBandwidth = 3.35e12;
 
-// The keys a step needs together to select: kGpuSparseStepKeyElements, scaled
+// The keys a step needs together to select: kGpuSparseStepKeyElements
+// (kGpuHeldStepKeyElements for a plan that holds, select_every > 1), scaled
 // for a device of `memory_bandwidth` bytes/s (0: unknown, not scaled), over
 // the width of a layer's keys, rounded up.
-int64_t sparse_step_keys(int64_t n_kv_heads, int64_t head_dim, double memory_bandwidth);
+int64_t sparse_step_keys(int64_t n_kv_heads, int64_t head_dim, int select_every, double memory_bandwidth);
 
 // Whether a decode step selects keys: its longest sequence has reached the
 // plan's sparse_from and its keys together reach step_keys_from

@@ -424,42 +424,51 @@ TEST(GpuMatrixHost, PackingKeepsTheValues) {
   EXPECT_EQ(gpu::format_runs({&q4_0.weight, &q8.weight, &q4.weight}).size(), 2u);
 }
 
-// Where the GPU's default Kascade selects at decode: from kGpuSparseFrom keys
-// in the longest sequence and sparse_step_keys in the step, at the measured
-// points of kGpuSparseFrom's comment (on the H100 they were measured on); a
-// device with more bandwidth needs more keys; a sparse_from the user sets
-// alone decides.
+// Where the GPU's Kascade selects at decode: from kGpuSparseFrom keys in the
+// longest sequence and sparse_step_keys in the step, at the measured points
+// of kGpuSparseFrom's comment (selecting at every step) and
+// kGpuHeldStepKeyElements' (the default, holding every other step), on the
+// H100 they were measured on; a device with more bandwidth needs more keys; a
+// sparse_from the user sets alone decides.
 TEST(GpuDecodeRule, SelectsWhereTheStepsKeysRepayTheChain) {
   AttentionOptions set_by_user;
   set_by_user.method = Method::Kascade;
   set_by_user.sparse_from = 0;
-  AttentionOptions by_default = set_by_user;
-  by_default.sparse_from.reset();
+  AttentionOptions holding = set_by_user;  // the default
+  holding.sparse_from.reset();
+  AttentionOptions every_step = holding;
+  every_step.select_every = 1;
   constexpr double kH100 = 2.0 * 2619e6 * 5120 / 8;  // its HBM3: 2619 MHz, 5120 bits, as the device reports them
-  const auto sparse = [&](const Shape& shape, int64_t context, int64_t batch) {
-    const Plan plan(engine::with_engine_defaults(by_default, gpu::kGpuSparseFrom, gpu::kGpuScoring), shape);
-    const int64_t step_keys = gpu::sparse_step_keys(shape.n_kv_heads, shape.head_dim, kH100);
+  const auto sparse = [&](const AttentionOptions& options, const Shape& shape, int64_t context, int64_t batch) {
+    const Plan plan(engine::with_engine_defaults(options, gpu::kGpuSparseFrom, gpu::kGpuScoring), shape);
+    const int64_t step_keys = gpu::sparse_step_keys(shape.n_kv_heads, shape.head_dim, plan.select_every(), kH100);
     return gpu::sparse_decode_step(plan, context, context * batch, step_keys);
   };
   const Shape llama8b{32, 32, 8, 128}, qwen15b{28, 12, 2, 128};
-  EXPECT_EQ(gpu::sparse_step_keys(8, 128, kH100), 65536);
-  EXPECT_EQ(gpu::sparse_step_keys(2, 128, kH100), 262144);
-  EXPECT_EQ(gpu::sparse_step_keys(3, 100, kH100), 223697);  // rounded up
-  EXPECT_EQ(gpu::sparse_step_keys(8, 128, 0), 65536);       // bandwidth not reported
-  EXPECT_EQ(gpu::sparse_step_keys(8, 128, 2.0e12), 65536);  // slower memory keeps the measured rule
-  EXPECT_EQ(gpu::sparse_step_keys(8, 128, 4.8e12), 93903);  // an H200: 64 Mi x 4.8 / 3.35
-  EXPECT_FALSE(sparse(llama8b, 32768, 1));  // 0.91x dense when selecting
-  EXPECT_TRUE(sparse(llama8b, 32768, 2));   // 1.08x
-  EXPECT_TRUE(sparse(llama8b, 65536, 1));   // 1.03x
-  EXPECT_TRUE(sparse(llama8b, 16384, 4));   // 1.09x
-  EXPECT_FALSE(sparse(llama8b, 8192, 4));   // 1.01x
-  EXPECT_TRUE(sparse(llama8b, 8192, 8));    // 1.13x
-  EXPECT_FALSE(sparse(llama8b, 4096, 64));  // below kGpuSparseFrom a sequence: unmeasured
-  EXPECT_FALSE(sparse(qwen15b, 30000, 1));  // 0.70x
-  EXPECT_FALSE(sparse(qwen15b, 8192, 16));  // 1.01x
-  EXPECT_TRUE(sparse(qwen15b, 8192, 32));   // 1.11x
-  EXPECT_TRUE(sparse(qwen15b, 16384, 16));  // 1.10x
-  EXPECT_TRUE(sparse(qwen15b, 30000, 16));  // 1.24x
+  EXPECT_EQ(gpu::sparse_step_keys(8, 128, 1, kH100), 65536);
+  EXPECT_EQ(gpu::sparse_step_keys(2, 128, 1, kH100), 262144);
+  EXPECT_EQ(gpu::sparse_step_keys(3, 100, 1, kH100), 223697);  // rounded up
+  EXPECT_EQ(gpu::sparse_step_keys(8, 128, 1, 0), 65536);       // bandwidth not reported
+  EXPECT_EQ(gpu::sparse_step_keys(8, 128, 1, 2.0e12), 65536);  // slower memory keeps the measured rule
+  EXPECT_EQ(gpu::sparse_step_keys(8, 128, 1, 4.8e12), 93903);  // an H200: 64 Mi x 4.8 / 3.35
+  EXPECT_EQ(gpu::sparse_step_keys(8, 128, 2, kH100), 32768);   // holding: 32 Mi elements
+  EXPECT_EQ(gpu::sparse_step_keys(2, 128, 4, kH100), 131072);
+  EXPECT_FALSE(sparse(every_step, llama8b, 32768, 1));  // 0.91x dense when selecting
+  EXPECT_TRUE(sparse(every_step, llama8b, 32768, 2));   // 1.08x
+  EXPECT_TRUE(sparse(every_step, llama8b, 65536, 1));   // 1.03x
+  EXPECT_TRUE(sparse(every_step, llama8b, 16384, 4));   // 1.09x
+  EXPECT_FALSE(sparse(every_step, llama8b, 8192, 4));   // 1.01x
+  EXPECT_TRUE(sparse(every_step, llama8b, 8192, 8));    // 1.13x
+  EXPECT_FALSE(sparse(every_step, llama8b, 4096, 64));  // below kGpuSparseFrom a sequence: unmeasured
+  EXPECT_FALSE(sparse(every_step, qwen15b, 30000, 1));  // 0.70x
+  EXPECT_FALSE(sparse(every_step, qwen15b, 8192, 16));  // 1.01x
+  EXPECT_TRUE(sparse(every_step, qwen15b, 8192, 32));   // 1.11x
+  EXPECT_TRUE(sparse(every_step, qwen15b, 16384, 16));  // 1.10x
+  EXPECT_TRUE(sparse(every_step, qwen15b, 30000, 16));  // 1.24x
+  EXPECT_TRUE(sparse(holding, qwen15b, 8192, 16));      // 1.18x
+  EXPECT_FALSE(sparse(holding, qwen15b, 30000, 1));     // 0.85x
+  EXPECT_TRUE(sparse(holding, qwen15b, 30000, 16));     // 1.41x
+  EXPECT_FALSE(sparse(holding, llama8b, 4096, 64));     // below kGpuSparseFrom a sequence: unmeasured
   const Plan from0(engine::with_engine_defaults(set_by_user, gpu::kGpuSparseFrom, gpu::kGpuScoring), llama8b);
   EXPECT_TRUE(gpu::sparse_decode_step(from0, 1024, 1, 0));
   EXPECT_FALSE(gpu::sparse_decode_step(Plan(AttentionOptions{}, llama8b), 1 << 20, 1 << 24, 0));  // dense attention
