@@ -203,9 +203,40 @@ struct SketchScorer {
   }
 };
 
-template <typename T, int kHeadDim, DecodeMode kMode, bool kSparse>
+// Which keys a decode pass attends: every cached key, the listed ones
+// (DecodeParams::indices), or a held step's (DecodeParams::selected_lens).
+enum class Keys { All, Listed, Held };
+
+// The position of key v of a held step's virtual list, or -1 where that entry
+// is no key of attention/kascade_ops.h's held_keys. The list is the selection
+// S (m ascending keys of a step with selected_keys keys), then S shifted by
+// age (entry m + i: S[i] + age, dropped where it reaches selected_keys or is
+// already in S), then the keys added since: held_keys' keys, each once, in
+// another order. S[i] + age can only equal S[j] for i < j <= i + age (the
+// keys are distinct and ascending), so a binary search over those settles it.
+__device__ __forceinline__ int held_position(const int* selection, int m, int selected_keys, int age, int v) {
+  if (v >= 2 * m) return selected_keys + (v - 2 * m);
+  const int i = v < m ? v : v - m;
+  const int key = __ldg(selection + i);
+  if (key < 0 || key >= selected_keys) return -1;  // not a key of the selecting step
+  if (v < m) return key;
+  const int shifted = key + age;
+  if (age == 0 || shifted >= selected_keys) return -1;  // from selected_keys on the keys are the new ones
+  int low = i + 1, high = min(i + age, m - 1);
+  while (low <= high) {
+    const int mid = (low + high) >> 1;
+    const int other = __ldg(selection + mid);
+    if (other == shifted) return -1;
+    if (other < shifted) low = mid + 1; else high = mid - 1;
+  }
+  return shifted;
+}
+
+template <typename T, int kHeadDim, DecodeMode kMode, Keys kKeys>
 __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
     decode_attention_kernel(const DecodeParams p) {
+  constexpr bool kSparse = kKeys != Keys::All;
+  constexpr bool kHeld = kKeys == Keys::Held;
   using Config = DecodeConfig<kHeadDim, kMode>;
   constexpr int kDecodeWarps = Config::kWarps;
   constexpr int kDecodeThreads = Config::kThreads;
@@ -236,7 +267,12 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
   const int b = blockIdx.z;
 
   const int set_head = kSparse && p.head_map ? p.head_map[kv_head] : kv_head;
+  // A held step's virtual list: its selection, the selection shifted, the new keys.
+  const int held_count = kHeld ? int(min(int64_t(p.counts[b]), p.index_stride)) : 0;
+  const int held_selected_keys = kHeld ? min(p.selected_lens[b], p.seq_lens[b]) : 0;
+  const int held_age = kHeld ? p.seq_lens[b] - held_selected_keys : 0;
   const int n_keys = !kSparse        ? p.seq_lens[b]
+                     : kHeld         ? 2 * held_count + held_age
                      : p.head_counts ? p.counts[b * p.n_kv_heads + set_head]
                                      : p.counts[b];
   // Keys below this come from the sketch (key_sketch.h: the block of the
@@ -297,11 +333,18 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
 
   // Sparse: lane l holds the position of key l of the warp's next chunk,
   // loaded one chunk ahead so the gather never waits on the index read. The
-  // first load is issued before the query copy so that the two overlap.
+  // first load is issued before the query copy so that the two overlap. A
+  // held list's entries that are no key hold -1.
   auto load_positions = [&](int i) {
     const int key = begin + (warp + kDecodeWarps * i) * kChunkKeys + (lane & (kChunkKeys - 1));
-    return i < my_chunks && key < end ? __ldg(index_row + key) : 0;
+    if (i >= my_chunks || key >= end) return 0;
+    if constexpr (kHeld) return held_position(index_row, held_count, held_selected_keys, held_age, key);
+    return __ldg(index_row + key);
   };
+  // Held: which keys of each chunk in the pipeline are keys (bit k of 16-bit
+  // field i % kStages: key k of chunk i), set as the chunk is issued.
+  static_assert(Config::kStages * kChunkKeys <= 64, "the held masks fit 64 bits");
+  uint64_t held_masks = 0;
   int next_positions = 0;
   if constexpr (kSparse) next_positions = load_positions(0);
 
@@ -328,6 +371,11 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
         my_position = next_positions;
         next_positions = load_positions(i + 1);
       }
+      if constexpr (kHeld) {
+        const int field = kChunkKeys * (i % Config::kStages);
+        const uint64_t keys = __ballot_sync(0xffffffffu, my_position >= 0) & ((1u << kChunkKeys) - 1);
+        held_masks = (held_masks & ~(uint64_t((1u << kChunkKeys) - 1) << field)) | (keys << field);
+      }
       if (Config::kSketch && key0 < sketched_end) {
         // Codes of the 16 keys (16-byte pieces of rows), then, with a block's
         // first chunk, its lo and step.
@@ -349,9 +397,9 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
       for (int e = 0; e < Config::kPiecesPerLane; ++e) {
         const int piece = lane + 32 * e;
         const int row = piece / kChunks, chunk = piece % kChunks;
-        const bool valid = key0 + row < end;
         int position = key0 + row;
         if constexpr (kSparse) position = __shfl_sync(0xffffffffu, my_position, row);
+        const bool valid = key0 + row < end && position >= 0;
         if (!valid) position = 0;
         const int64_t element = row_offset(position) + chunk * 8;
         cp_async_16(key_tile + Tile::offset(row, chunk), key_base + element, valid);
@@ -398,12 +446,14 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
         mma_16816<T>(s[1], a, bk[2], bk[3]);
       }
     }
+    const unsigned listed = kHeld ? unsigned(held_masks >> (kChunkKeys * (i % Config::kStages))) : ~0u;
 #pragma unroll
     for (int j = 0; j < 2; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int key = key0 + 8 * j + 2 * quad_col + (e & 1);
-        s[j][e] = key < end ? s[j][e] * p.scale_log2 : -INFINITY;
+        const int in_chunk = 8 * j + 2 * quad_col + (e & 1);
+        const bool attended = key0 + in_chunk < end && ((listed >> in_chunk) & 1u);
+        s[j][e] = attended ? s[j][e] * p.scale_log2 : -INFINITY;
       }
 
     if constexpr (kMode != DecodeMode::Attend) {
@@ -1144,10 +1194,10 @@ __global__ void __launch_bounds__(kSelectThreads, 2) top_k_kernel(const float* v
                                      select_shared);
 }
 
-template <typename T, int kHeadDim, DecodeMode kMode, bool kSparse>
+template <typename T, int kHeadDim, DecodeMode kMode, Keys kKeys>
 const KernelInfo& decode_kernel_info() {
   static const KernelInfo info =
-      configure_kernel(reinterpret_cast<const void*>(&decode_attention_kernel<T, kHeadDim, kMode, kSparse>),
+      configure_kernel(reinterpret_cast<const void*>(&decode_attention_kernel<T, kHeadDim, kMode, kKeys>),
                        DecodeConfig<kHeadDim, kMode>::kSharedBytes, DecodeConfig<kHeadDim, kMode>::kThreads,
                        "configure decode_attention_kernel");
   return info;
@@ -1155,34 +1205,33 @@ const KernelInfo& decode_kernel_info() {
 
 // Maps the runtime choices onto one template instance.
 template <typename T, int kHeadDim>
-const KernelInfo& decode_kernel_for_dim(DecodeMode mode, bool sparse) {
+const KernelInfo& decode_kernel_for_dim(DecodeMode mode, Keys keys) {
+  if (mode != DecodeMode::Attend && keys != Keys::All) unsupported("decode mode (scores of a sparse pass)", int(mode));
   switch (mode) {
     case DecodeMode::Attend:
-      return sparse ? decode_kernel_info<T, kHeadDim, DecodeMode::Attend, true>()
-                    : decode_kernel_info<T, kHeadDim, DecodeMode::Attend, false>();
+      return keys == Keys::Held     ? decode_kernel_info<T, kHeadDim, DecodeMode::Attend, Keys::Held>()
+             : keys == Keys::Listed ? decode_kernel_info<T, kHeadDim, DecodeMode::Attend, Keys::Listed>()
+                                    : decode_kernel_info<T, kHeadDim, DecodeMode::Attend, Keys::All>();
     case DecodeMode::AttendAndScores:
-      if (sparse) unsupported("decode mode (scores of a sparse pass)", int(mode));
-      return decode_kernel_info<T, kHeadDim, DecodeMode::AttendAndScores, false>();
+      return decode_kernel_info<T, kHeadDim, DecodeMode::AttendAndScores, Keys::All>();
     case DecodeMode::ScoresOnly:
-      if (sparse) unsupported("decode mode (scores of a sparse pass)", int(mode));
-      return decode_kernel_info<T, kHeadDim, DecodeMode::ScoresOnly, false>();
+      return decode_kernel_info<T, kHeadDim, DecodeMode::ScoresOnly, Keys::All>();
     case DecodeMode::SketchScores:
-      if (sparse) unsupported("decode mode (scores of a sparse pass)", int(mode));
-      return decode_kernel_info<T, kHeadDim, DecodeMode::SketchScores, false>();
+      return decode_kernel_info<T, kHeadDim, DecodeMode::SketchScores, Keys::All>();
   }
   unsupported("decode mode", int(mode));
 }
 
 template <typename T>
-const KernelInfo& decode_kernel_for_type(int head_dim, DecodeMode mode, bool sparse) {
+const KernelInfo& decode_kernel_for_type(int head_dim, DecodeMode mode, Keys keys) {
   return with_head_dim(head_dim, [&](auto dim) -> const KernelInfo& {
-    return decode_kernel_for_dim<T, decltype(dim)::value>(mode, sparse);
+    return decode_kernel_for_dim<T, decltype(dim)::value>(mode, keys);
   });
 }
 
-const KernelInfo& decode_kernel(DType dtype, int head_dim, DecodeMode mode, bool sparse) {
-  return dtype == DType::F16 ? decode_kernel_for_type<__half>(head_dim, mode, sparse)
-                             : decode_kernel_for_type<__nv_bfloat16>(head_dim, mode, sparse);
+const KernelInfo& decode_kernel(DType dtype, int head_dim, DecodeMode mode, Keys keys) {
+  return dtype == DType::F16 ? decode_kernel_for_type<__half>(head_dim, mode, keys)
+                             : decode_kernel_for_type<__nv_bfloat16>(head_dim, mode, keys);
 }
 
 template <typename T>
@@ -1195,12 +1244,13 @@ const void* merge_kernel_for_type(int head_dim) {
 }  // namespace
 
 int decode_blocks_per_sm(DType dtype, int head_dim, DecodeMode mode, bool sparse) {
-  return decode_kernel(dtype, head_dim, mode, sparse).blocks_per_sm;
+  return decode_kernel(dtype, head_dim, mode, sparse ? Keys::Listed : Keys::All).blocks_per_sm;
 }
 
 void launch_decode_attention(const DecodeParams& params, DType dtype, int head_dim, DecodeMode mode,
                              bool programmatic, cudaStream_t stream) {
-  const KernelInfo& info = decode_kernel(dtype, head_dim, mode, params.indices != nullptr);
+  const Keys keys = !params.indices ? Keys::All : params.selected_lens ? Keys::Held : Keys::Listed;
+  const KernelInfo& info = decode_kernel(dtype, head_dim, mode, keys);
   const dim3 grid(params.splits, params.n_kv_heads * params.head_blocks, params.batch);
   launch_kernel(info.kernel, grid, info.threads, info.shared_bytes, const_cast<DecodeParams*>(&params), programmatic,
                 1, stream, "launch decode_attention_kernel");

@@ -105,6 +105,12 @@ struct DecodeParams : CallGeometry, PagedLayout {
   const int* head_map = nullptr;  // null: identity
   int64_t index_stride = 0;
   bool head_counts = false;
+  // Held steps in one pass (set with indices; api.cc's KASCADE_HELD_PASS=one):
+  // each list is a selection made when sequence b had selected_lens[b] keys,
+  // and the pass attends attention/kascade_ops.h's held_keys of it: the
+  // selection, the selection shifted by the steps since, and the keys added
+  // since, without the list of launch_held_keys.
+  const int* selected_lens = nullptr;
   int heads_per_block = 0;  // query heads of one group handled by one block (<= 16)
   int head_blocks = 0;      // ceil(group / heads_per_block)
   int splits = 1;           // key splits per (sequence, head block)
