@@ -42,8 +42,7 @@ constexpr int64_t kMinSketchKeysPerSplit = 256;
 // the anchor's raw scores one row per head at every batch, =keys forces
 // key-major; KASCADE_MIN_SPLIT_KEYS overrides the dense split floor;
 // KASCADE_DECODE_PDL=0 launches every decode kernel plainly (no programmatic
-// dependent launches); KASCADE_HELD_PASS=one runs held steps in one pass
-// (held_in_one_pass).
+// dependent launches).
 int score_layout_override() {  // 0: by batch, 1: rows, 2: keys
   static const int layout = [] {
     const char* value = std::getenv("KASCADE_SCORE_LAYOUT");
@@ -63,17 +62,6 @@ constexpr int64_t kKeyMajorMinSets = 256;
 bool key_major_scores(int64_t sets, int group) {
   const int layout = score_layout_override();
   return layout == 2 || (layout == 0 && sets >= kKeyMajorMinSets && group % 4 == 0);
-}
-
-// KASCADE_HELD_PASS=one: a held step runs its sparse pass over the kept
-// selection directly (DecodeParams::selected_lens) instead of listing the
-// held keys first (held.cu). An A/B switch until measured on a device.
-bool held_in_one_pass() {
-  static const bool one = [] {
-    const char* value = std::getenv("KASCADE_HELD_PASS");
-    return value && std::string(value) == "one";
-  }();
-  return one;
 }
 
 int min_dense_split_keys() {
@@ -445,56 +433,15 @@ void held_decode(const AttentionArgs& args, const DecodeIndexSets& held, const i
     fail("held_decode: held.indices, held.counts and selected_lens must be set");
   if (held.max_keys < 1) fail("held_decode: held.max_keys {} must be >= 1", held.max_keys);
   if (max_age < 0) fail("held_decode: max_age {} is negative", max_age);
-  if (held_in_one_pass()) {
-    detail::DecodeParams p = decode_params(args);
-    p.indices = held.indices;
-    p.counts = held.counts;
-    p.index_stride = held.max_keys;
-    p.selected_lens = selected_lens;
-    // The pass's list: the selection, its shift (as many entries) and the keys added since.
-    attend_in_splits(p, args, std::min<int64_t>(args.max_seq_len, 2 * held.max_keys + max_age), workspace, stream);
-    return;
-  }
-  if (detail::held_keys_shared_bytes(args.max_seq_len) > detail::kHeldKeysMaxSharedBytes)
-    fail("held_decode: max_seq_len {} is above the {} keys a held step can list", args.max_seq_len,
-         (detail::kHeldKeysMaxSharedBytes - detail::held_keys_shared_bytes(0)) / sizeof(unsigned) * 32);
-  // A list holds the selection, its shift (at most as many keys) and the keys added since.
-  const int64_t list_keys = std::min<int64_t>(args.max_seq_len, 2 * held.max_keys + max_age);
+  // The pass reads the kept selection as its list: the selection, the
+  // selection shifted by the steps since (as many entries, dropped where
+  // they repeat) and the keys added since (held_position in decode.cu).
   detail::DecodeParams p = decode_params(args);
-  p.index_stride = list_keys;
-  p.head_counts = true;
-  {
-    detail::DecodeParams planned = p;
-    planned.indices = held.indices;  // a sparse pass: its split floor
-    p.splits = plan_splits(planned, list_keys,
-                           detail::decode_blocks_per_sm(args.dtype, args.head_dim, detail::DecodeMode::Attend, true));
-  }
-  const int64_t sets = int64_t(args.batch) * args.n_kv_heads;
-  detail::HeldKeysParams lists;
-  auto carve = [&](Carver& carver) {
-    carve_partials(carver, p, args.head_dim);
-    lists.keys = carver.take<int>(sets * list_keys);
-    lists.counts = carver.take<int>(sets);
-  };
-  Carver sizing(nullptr);
-  carve(sizing);
-  Carver carver(static_cast<char*>(workspace.reserve(sizing.used())));
-  carve(carver);
-
-  lists.seq_lens = args.seq_lens;
-  lists.selected_lens = selected_lens;
-  lists.selected = held.indices;
-  lists.selected_counts = held.counts;
-  lists.selected_stride = held.max_keys;
-  lists.key_stride = list_keys;
-  lists.batch = args.batch;
-  lists.n_kv_heads = args.n_kv_heads;
-  lists.max_seq_len = args.max_seq_len;
-  detail::launch_held_keys(lists, stream);
-  p.indices = lists.keys;
-  p.counts = lists.counts;
-  const bool dependent = programmatic_launches() && sets < detail::multiprocessor_count();
-  run_decode_pass(p, args.dtype, args.head_dim, detail::DecodeMode::Attend, dependent, stream);
+  p.indices = held.indices;
+  p.counts = held.counts;
+  p.index_stride = held.max_keys;
+  p.selected_lens = selected_lens;
+  attend_in_splits(p, args, std::min<int64_t>(args.max_seq_len, 2 * held.max_keys + max_age), workspace, stream);
 }
 
 void sketch_keys(const AttentionArgs& args, int new_keys, const void* const* layer_keys,

@@ -271,10 +271,7 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
   const int held_count = kHeld ? int(min(int64_t(p.counts[b]), p.index_stride)) : 0;
   const int held_selected_keys = kHeld ? min(p.selected_lens[b], p.seq_lens[b]) : 0;
   const int held_age = kHeld ? p.seq_lens[b] - held_selected_keys : 0;
-  const int n_keys = !kSparse        ? p.seq_lens[b]
-                     : kHeld         ? 2 * held_count + held_age
-                     : p.head_counts ? p.counts[b * p.n_kv_heads + set_head]
-                                     : p.counts[b];
+  const int n_keys = !kSparse ? p.seq_lens[b] : kHeld ? 2 * held_count + held_age : p.counts[b];
   // Keys below this come from the sketch (key_sketch.h: the block of the
   // newest key stays exact). Sketch passes split at block bounds and give a
   // warp whole blocks, four chunks in a row (chunk_start), so that a block's

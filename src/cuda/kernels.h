@@ -98,18 +98,15 @@ KASCADE_HOST_DEVICE constexpr bool decode_attends(DecodeMode mode) {
 
 // Queries [batch][n_heads][head_dim].
 struct DecodeParams : CallGeometry, PagedLayout {
-  // Sparse key lists (null for dense): indices[(b*G + head_map[h])*index_stride + j], j < counts[b]
-  // (head_counts: j < counts[b*G + head_map[h]], a count per set).
+  // Sparse key lists (null for dense): indices[(b*G + head_map[h])*index_stride + j], j < counts[b].
   const int* indices = nullptr;
   const int* counts = nullptr;
   const int* head_map = nullptr;  // null: identity
   int64_t index_stride = 0;
-  bool head_counts = false;
-  // Held steps in one pass (set with indices; api.cc's KASCADE_HELD_PASS=one):
-  // each list is a selection made when sequence b had selected_lens[b] keys,
-  // and the pass attends attention/kascade_ops.h's held_keys of it: the
-  // selection, the selection shifted by the steps since, and the keys added
-  // since, without the list of launch_held_keys.
+  // Held steps (set with indices): each list is a selection made when
+  // sequence b had selected_lens[b] keys, and the pass attends
+  // attention/kascade_ops.h's held_keys of it: the selection, the selection
+  // shifted by the steps since, and the keys added since.
   const int* selected_lens = nullptr;
   int heads_per_block = 0;  // query heads of one group handled by one block (<= 16)
   int head_blocks = 0;      // ceil(group / heads_per_block)
@@ -134,31 +131,6 @@ struct DecodeParams : CallGeometry, PagedLayout {
 
 // The key sketch's block (kascade_cuda.h, KeySketch).
 constexpr int kSketchBlock = 64;
-
-// The key lists of held decode steps (held.cu): for each (sequence b, KV
-// head h), attention/kascade_ops.h's held_keys of the selection
-// selected[(b*G + h)*selected_stride + i], i < selected_counts[b], made when
-// the sequence had selected_lens[b] keys, at seq_lens[b] keys: ascending into
-// keys[(b*G + h)*key_stride], their number into counts[b*G + h]. A list is cut
-// at key_stride keys (the caller sizes it: the selection twice over, plus the
-// keys added since).
-struct HeldKeysParams {
-  const int* seq_lens = nullptr;
-  const int* selected_lens = nullptr;
-  const int* selected = nullptr;
-  const int* selected_counts = nullptr;
-  int64_t selected_stride = 0;
-  int* keys = nullptr;
-  int* counts = nullptr;
-  int64_t key_stride = 0;
-  int batch = 0, n_kv_heads = 0;
-  int max_seq_len = 0;  // the longest seq_lens[b]: sizes the bitmap of keys in shared memory
-};
-// The bitmap's shared memory for max_seq_len keys, and its limit (the
-// longest sequence a held step takes: 1.8M keys).
-int held_keys_shared_bytes(int max_seq_len);
-constexpr int kHeldKeysMaxSharedBytes = 227 * 1024;
-void launch_held_keys(const HeldKeysParams& params, cudaStream_t stream);
 
 // sketch_keys: per (sequence, KV head, layer) the blocks that the call's last
 // new_keys positions complete.

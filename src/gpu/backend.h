@@ -54,9 +54,10 @@ inline constexpr int64_t kGpuSparseStepKeyElements = int64_t(64) * 1024 * 1024; 
 // default) runs that chain at one step in select_every and a held pass
 // (about twice the budget's keys, no scoring) at the others, so it pays from
 // fewer keys. Measured on the H100 (docs/gpu_engine.md, "The step rule for
-// holding plans"), holding every other step vs dense: 1.5B 8K x 16 (32 Mi)
-// 1.18x, 30K x 1 (7.3 Mi) 0.85x.
-inline constexpr int64_t kGpuHeldStepKeyElements = int64_t(32) * 1024 * 1024;
+// holding plans"), holding every other step vs dense: 1.5B (2 x 128) 16K x 2
+// (8 Mi) 0.91x, 24K x 2 (12 Mi) 0.97x, 16K x 4 (16 Mi) 1.02x, 24K x 4 1.11x,
+// 30K x 1 (7.3 Mi) 0.88x; 8B 16K x 1 (16 Mi) 1.02x, 24K x 1 1.07x.
+inline constexpr int64_t kGpuHeldStepKeyElements = int64_t(16) * 1024 * 1024;
 
 // The memory bandwidth of the device the elements were measured on (the H100
 // SXM's HBM3 at its peak clock). The chain's cost is mostly not bandwidth

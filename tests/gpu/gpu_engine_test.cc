@@ -451,8 +451,8 @@ TEST(GpuDecodeRule, SelectsWhereTheStepsKeysRepayTheChain) {
   EXPECT_EQ(gpu::sparse_step_keys(8, 128, 1, 0), 65536);       // bandwidth not reported
   EXPECT_EQ(gpu::sparse_step_keys(8, 128, 1, 2.0e12), 65536);  // slower memory keeps the measured rule
   EXPECT_EQ(gpu::sparse_step_keys(8, 128, 1, 4.8e12), 93903);  // an H200: 64 Mi x 4.8 / 3.35
-  EXPECT_EQ(gpu::sparse_step_keys(8, 128, 2, kH100), 32768);   // holding: 32 Mi elements
-  EXPECT_EQ(gpu::sparse_step_keys(2, 128, 4, kH100), 131072);
+  EXPECT_EQ(gpu::sparse_step_keys(8, 128, 2, kH100), 16384);   // holding: 16 Mi elements
+  EXPECT_EQ(gpu::sparse_step_keys(2, 128, 4, kH100), 65536);
   EXPECT_FALSE(sparse(every_step, llama8b, 32768, 1));  // 0.91x dense when selecting
   EXPECT_TRUE(sparse(every_step, llama8b, 32768, 2));   // 1.08x
   EXPECT_TRUE(sparse(every_step, llama8b, 65536, 1));   // 1.03x
@@ -465,9 +465,15 @@ TEST(GpuDecodeRule, SelectsWhereTheStepsKeysRepayTheChain) {
   EXPECT_TRUE(sparse(every_step, qwen15b, 8192, 32));   // 1.11x
   EXPECT_TRUE(sparse(every_step, qwen15b, 16384, 16));  // 1.10x
   EXPECT_TRUE(sparse(every_step, qwen15b, 30000, 16));  // 1.24x
-  EXPECT_TRUE(sparse(holding, qwen15b, 8192, 16));      // 1.18x
-  EXPECT_FALSE(sparse(holding, qwen15b, 30000, 1));     // 0.85x
-  EXPECT_TRUE(sparse(holding, qwen15b, 30000, 16));     // 1.41x
+  EXPECT_TRUE(sparse(holding, qwen15b, 8192, 16));      // 1.15x
+  EXPECT_FALSE(sparse(holding, qwen15b, 30000, 1));     // 0.88x
+  EXPECT_FALSE(sparse(holding, qwen15b, 24576, 2));     // 0.97x
+  EXPECT_TRUE(sparse(holding, qwen15b, 16384, 4));      // 1.02x
+  EXPECT_TRUE(sparse(holding, qwen15b, 24576, 4));      // 1.11x
+  EXPECT_TRUE(sparse(holding, qwen15b, 30000, 16));     // 1.53x
+  EXPECT_FALSE(sparse(holding, llama8b, 8192, 1));      // 0.95x
+  EXPECT_TRUE(sparse(holding, llama8b, 16384, 1));      // 1.02x
+  EXPECT_TRUE(sparse(holding, llama8b, 32768, 1));      // 1.12x
   EXPECT_FALSE(sparse(holding, llama8b, 4096, 64));     // below kGpuSparseFrom a sequence: unmeasured
   const Plan from0(engine::with_engine_defaults(set_by_user, gpu::kGpuSparseFrom, gpu::kGpuScoring), llama8b);
   EXPECT_TRUE(gpu::sparse_decode_step(from0, 1024, 1, 0));
