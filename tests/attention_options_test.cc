@@ -126,6 +126,12 @@ TEST(AttentionOptions, SettingsParseAndRefuse) {
   EXPECT_NE(setting_error("select-every", "0").find("[1, 65536]"), std::string::npos);
   set_attention_option(o, "select-every", "8");
   EXPECT_EQ(o.select_every, 8);
+  set_attention_option(o, "wide-factor", "3");
+  EXPECT_EQ(o.wide_factor.value_or(0), 3);
+  EXPECT_NE(setting_error("wide-factor", "0").find("[1, 100]"), std::string::npos);
+  EXPECT_EQ(parse_attention_spec("kascade-p20-wide3").wide_factor.value_or(0), 3);
+  EXPECT_THROW(parse_attention_spec("kascade-wide0"), Error);
+  EXPECT_THROW(parse_attention_spec("quest-wide3"), Error);  // a Kascade variant
   EXPECT_NE(setting_error("reuse", "yes").find("true or false"), std::string::npos);
   EXPECT_NE(setting_error("sparse-phases", "all").find("both, decode or prefill"), std::string::npos);
   EXPECT_NE(setting_error("window-fraction", "2").find("[0, 1]"), std::string::npos);
@@ -158,6 +164,10 @@ TEST(AttentionOptions, BadProfilesRaiseErrors) {
             std::string::npos);
   EXPECT_NE(profile_error([](KascadeProfile& p) { p.head_map.pop_back(); }).find("5 rows"),
             std::string::npos);
+  EXPECT_NE(profile_error([](KascadeProfile& p) { p.wide_layers = {2, 6}; }).find("wide_layers[1] = 6"),
+            std::string::npos);
+  EXPECT_NE(profile_error([](KascadeProfile& p) { p.wide_layers = {4, 2}; }).find("ascending"),
+            std::string::npos);
   EXPECT_NE(profile_error([](KascadeProfile& p) { p.model.n_kv_heads = 4; }).find("made for"),
             std::string::npos);
 }
@@ -189,6 +199,7 @@ TEST(AttentionOptions, ProfileJsonRoundTripAndErrors) {
   profile.head_map[1] = {2, 0, 1};
   profile.similarity.assign(6, std::vector<double>(6, 0.5));
   profile.importance = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6};
+  profile.wide_layers = {3, 5};
   profile.dp_scores = {{3, 2.5, {0, 2, 4}}};
   profile.calibration.reuse_floor = 0.8;
   profile.roles = {{true, 0, std::nullopt, "layer 0"}, {false, 0, 0.9, "reuses 0"}, {true, 2, 0.5, "selects"},
@@ -198,6 +209,7 @@ TEST(AttentionOptions, ProfileJsonRoundTripAndErrors) {
   const KascadeProfile loaded = load_profile(path, kShape);
   EXPECT_EQ(loaded.anchors, profile.anchors);
   EXPECT_EQ(loaded.head_map, profile.head_map);
+  EXPECT_EQ(loaded.wide_layers, profile.wide_layers);
   EXPECT_EQ(loaded.similarity, profile.similarity);
   EXPECT_EQ(loaded.importance, profile.importance);
   EXPECT_EQ(loaded.dp_scores[0].anchors, profile.dp_scores[0].anchors);

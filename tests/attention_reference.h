@@ -499,6 +499,8 @@ struct KascadeSettings {
   int refine = 1;  // c; refined reuse when > 1
   bool sketch = false;  // decode anchors (not dense ones) score from the key sketch
   int every = 1;        // decode anchors select at one step in `every` and hold the sets between
+  std::set<int> wide;   // layers whose decode budget is wide_factor x percent (at most 100 %)
+  int wide_factor = 1;
 };
 
 // Kascade (KASCADE.md): anchors pool and select, reuse layers read the last
@@ -588,9 +590,11 @@ class KascadeRef : public Reference {
   // less the own tile when it counts in the budget.
   int64_t kept(const Step& step, const RefUnit& unit) const {
     const int64_t n = unit.n_candidates;
-    int64_t k = budget(n, k_.percent, k_.min_k);
+    const bool wide = step.phase == Phase::Decode && k_.wide.count(step.layer);
+    const double percent = wide ? std::min(100.0, k_.percent * k_.wide_factor) : k_.percent;
+    int64_t k = budget(n, percent, k_.min_k);
     if (k_.fixed && step.phase == Phase::Prefill)
-      k = std::min(budget(step.first_position + step.n_queries, k_.percent, k_.min_k), n);
+      k = std::min(budget(step.first_position + step.n_queries, percent, k_.min_k), n);
     if (k_.own_tile_in_budget && unit.own_tile && k < n) k = std::max<int64_t>(0, k - unit.length);
     return k;
   }

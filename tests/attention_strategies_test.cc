@@ -100,6 +100,8 @@ reference::KascadeSettings settings(const AttentionOptions& o, const KascadeProf
   s.refine = o.refine_factor;
   s.sketch = o.scoring == Scoring::Sketch;
   s.every = select_every_or_default(o);
+  s.wide = std::set<int>(profile.wide_layers.begin(), profile.wide_layers.end());
+  s.wide_factor = wide_factor_or_default(o);
   return s;
 }
 
@@ -144,6 +146,11 @@ TEST(AttentionStrategies, KascadeAblationsMatchReference) {
          o.sparse_phases = defaults.sparse_phases, o.all_anchors = defaults.all_anchors;
        }},
       {"refine 2, no-remap", [](AttentionOptions& o) { o.refine_factor = 2, o.no_remap = true; }},
+      {"wide layers 1 and 2 at 3x", [](AttentionOptions& o) { o.profile->wide_layers = {1, 2}, o.wide_factor = 3; }},
+      {"wide layer 2 at 3x, refine 2", [](AttentionOptions& o) {
+         o.profile->wide_layers = {2}, o.wide_factor = 3, o.refine_factor = 2;
+       }},
+      {"wide layer 1 at 20x (every key)", [](AttentionOptions& o) { o.profile->wide_layers = {1}, o.wide_factor = 20; }},
       {"refine 3, all-heads-pooled", [](AttentionOptions& o) { o.refine_factor = 3, o.all_heads_pooled = true; }},
       {"refine 3, decode-only", [](AttentionOptions& o) {
          o.refine_factor = 3, o.sparse_phases = SparsePhases::DecodeOnly;
@@ -184,6 +191,7 @@ TEST(AttentionStrategies, KascadeHeldSelectionsMatchReference) {
       o.select_every = every;
       o.scoring = every == 4 ? Scoring::Sketch : Scoring::Exact;
       o.profile = default_profile(c.shape);
+      if (every == 3) o.profile->wide_layers = {1}, o.wide_factor = 2;  // a held wide layer keeps its larger sets
       auto fast = make_strategy(o, c.shape);
       reference::KascadeRef ref(settings(o, *o.profile));
       run(*fast, ref, c, 21, fmt::format("kascade every {} {}", every, c.label));

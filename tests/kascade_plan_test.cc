@@ -103,7 +103,7 @@ TEST(KascadePlan, SparsePhases) {
   const Plan dense(AttentionOptions{}, kShape);
   EXPECT_FALSE(dense.sparse(Phase::Prefill) || dense.sparse(Phase::Decode));
   EXPECT_EQ(dense.key(), "dense");
-  EXPECT_EQ(dense.keys(1000), 128);
+  EXPECT_EQ(dense.keys(Phase::Decode, 0, 1000), 128);
 }
 
 TEST(KascadePlan, RejectsWhatDoesNotFit) {
@@ -121,6 +121,47 @@ TEST(KascadePlan, RejectsWhatDoesNotFit) {
   options.refine_factor = 2;
   options.all_anchors = true;  // refinement needs reuse layers
   EXPECT_THROW(Plan(options, kShape), Error);
+}
+
+// At decode the profile's wide layers select wide_factor times the budget,
+// at most every key; prefill, the other layers, and every layer at factor 1
+// select the budget. The default is 3 where every layer selects, 1 with reuse.
+TEST(KascadePlan, WideLayersSelectAMultipleOfTheBudgetAtDecode) {
+  KascadeProfile profile = two_anchor_profile(kShape);
+  EXPECT_EQ(profile.wide_layers, (std::vector<int>{5}));  // the default: the last quarter
+  EXPECT_EQ(default_wide_layers(30), (std::vector<int>{23, 24, 25, 26, 27, 28, 29}));
+  EXPECT_EQ(default_wide_layers(28), (std::vector<int>{21, 22, 23, 24, 25, 26, 27}));
+  EXPECT_TRUE(default_wide_layers(3).empty());
+  profile.wide_layers = {3, 5};
+  AttentionOptions options = kascade_options(profile);
+  options.min_k = 1;
+  const Plan reuse(options, kShape);  // with reuse the factor defaults to 1
+  for (int j = 0; j < kShape.n_layers; ++j) EXPECT_EQ(reuse.keys(Phase::Decode, j, 2000), 200) << j;
+  options.wide_factor = 3;
+  const Plan wide(options, kShape);
+  EXPECT_NE(wide.key(), reuse.key());  // sequences of the two run different kernels
+  for (int j = 0; j < kShape.n_layers; ++j) {
+    EXPECT_EQ(wide.keys(Phase::Decode, j, 2000), j == 3 || j == 5 ? 600 : 200) << j;
+    EXPECT_EQ(wide.keys(Phase::Prefill, j, 2000), 200) << j;
+  }
+  EXPECT_EQ(wide.max_keys(2000), 600);
+  options.wide_factor.reset();
+  options.all_anchors = true;  // every layer selecting: the default factor, 3
+  EXPECT_EQ(Plan(options, kShape).keys(Phase::Decode, 5, 2000), 600);
+  options.wide_factor = 20;  // 200 %: every key
+  EXPECT_EQ(Plan(options, kShape).keys(Phase::Decode, 3, 2000), 2000);
+  EXPECT_THROW(wide.keys(Phase::Decode, 6, 2000), Error);
+  options.wide_factor = 0;
+  EXPECT_THROW(Plan(options, kShape), Error);
+  options.wide_factor = 2;
+  options.profile->wide_layers.clear();  // a factor set with no wide layer to apply to
+  EXPECT_THROW(Plan(options, kShape), Error);
+  options.wide_factor.reset();  // the default factor with none: every layer the budget
+  EXPECT_EQ(Plan(options, kShape).max_keys(2000), 200);
+  profile.wide_layers = {6};  // outside the model
+  EXPECT_THROW(Plan(kascade_options(profile), kShape), Error);
+  profile.wide_layers = {3, 3};
+  EXPECT_THROW(Plan(kascade_options(profile), kShape), Error);
 }
 
 // budget(n) = min(n, max(min_k, floor(p n / 100))), with optional rounding up.

@@ -174,13 +174,13 @@ class KascadeStrategy final : public Strategy {
     }
   }
 
-  // Keys a unit attends out of its candidates: the rolling budget(s) (or the
-  // fixed-budget ablation's), less the own tile when it counts in the budget.
+  // Keys a unit attends out of its candidates: the layer's rolling budget(s)
+  // (or the fixed-budget ablation's), less the own tile when it counts in the budget.
   int64_t keys_kept(const Unit& unit, const Step& step) const {
     const AttentionOptions& o = plan_.options();
-    int64_t k = plan_.keys(unit.n_candidates);
+    int64_t k = plan_.keys(step.phase, step.layer, unit.n_candidates);
     if (o.fixed_budget && step.phase == Phase::Prefill)
-      k = std::min(plan_.keys(step.first_position + step.n_queries), unit.n_candidates);
+      k = std::min(plan_.keys(step.phase, step.layer, step.first_position + step.n_queries), unit.n_candidates);
     if (o.own_tile_in_budget && unit.own_tile && k < unit.n_candidates) k = std::max<int64_t>(0, k - unit.length);
     return k;
   }

@@ -113,6 +113,7 @@ kascade::KascadeProfile make_profile(const CalibrationResult& result, const Cali
   profile.calibration.reuse_floor = options.reuse_floor;
   profile.anchors = chosen.anchors;
   profile.head_map = chosen.head_map;
+  profile.wide_layers = kascade::default_wide_layers(result.n_layers);
   profile.roles = layer_roles(result, chosen, options.reuse_floor);
   profile.similarity = square(result.layer_similarity, result.n_layers);
   profile.importance = result.importance;

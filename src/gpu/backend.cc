@@ -396,7 +396,7 @@ std::unique_ptr<BackendSequence> CudaBackend::new_sequence(const engine::Sequenc
     // Decode index sets for this capacity, allocated now rather than at a token.
     // A step's length bucket may reach the end of the sequence's last page.
     const int64_t page_capacity = (options.capacity + options_.page_size - 1) / options_.page_size * options_.page_size;
-    const int64_t max_keys = plan.keys(page_capacity);
+    const int64_t max_keys = plan.max_keys(page_capacity);
     if (max_keys > decode_max_keys_) {
       decode_max_keys_ = max_keys;
       decode_.indices.get(int64_t(options_.max_batch) * config_.n_kv_heads * decode_max_keys_, "Kascade index sets");
@@ -482,7 +482,7 @@ void CudaBackend::attend(StepBuffers& b, int layer, const CudaSequence& seq, Pha
   const Plan& plan = seq.plan_;
   const LayerPlan& step = plan.layer(phase, layer, n_keys);
   const bool prefill = phase == Phase::Prefill;
-  const kc::Budget budget{plan.options().budget_percent, plan.options().min_k};
+  const kc::Budget budget{step.budget_percent, plan.options().min_k};
   const int* head_map = seq.head_maps_ + int64_t(layer) * config_.n_kv_heads;
   // The step's index sets (a prefill's layout exists only in a sparse prefill).
   const auto prefill_sets = [&] {

@@ -125,6 +125,16 @@ const AttentionSetting kSettings[] = {
        if (v == "default") return o.select_every.reset();
        o.select_every = number_in<int>(name, v, 1, 1 << 16, "[1, 65536]");
      }},
+    {"wide-factor", SettingKind::Integer,
+     "Kascade: at decode the profile's wide layers (by default the last quarter) select this many times the budget "
+     "(1: every layer selects the budget; default: 3 where every layer selects, which recovered frequent-word "
+     "counting on Qwen2.5-Coder-1.5B, 1 with --reuse: docs/accuracy.md)",
+     true, {},
+     [](const AttentionOptions& o) { return o.wide_factor ? text_of(*o.wide_factor) : std::string("default"); },
+     [](AttentionOptions& o, std::string_view name, std::string_view v) {
+       if (v == "default") return o.wide_factor.reset();
+       o.wide_factor = number_in<int>(name, v, 1, 100, "[1, 100]");
+     }},
     {"all-heads-pooled", SettingKind::Switch, "Kascade ablation: one index set for all KV heads", true, kSwitchValues,
       [](const AttentionOptions& o) { return text_of(o.all_heads_pooled); },
      [](AttentionOptions& o, std::string_view name, std::string_view v) { o.all_heads_pooled = switch_value(name, v); }},
@@ -181,6 +191,7 @@ constexpr Suffix kSuffixes[] = {
     {"refine", "refine", "", true, 2},
     {"from", "sparse-from", "", true},
     {"every", "select-every", "", true, 1},
+    {"wide", "wide-factor", "", true, 1},
     {"mink", "min-k", "", false},
     {"p", "budget", "", false},
 };
@@ -270,6 +281,11 @@ AttentionOptions parse_attention_spec(std::string_view spec, const AttentionOpti
   return options;
 }
 
+int wide_factor_or_default(const AttentionOptions& options) {
+  if (options.wide_factor) return *options.wide_factor;
+  return options.kascade() && options.all_anchors ? kDefaultWideFactor : 1;
+}
+
 int select_every_or_default(const AttentionOptions& options) {
   if (options.select_every) return *options.select_every;
   return options.kascade() && options.all_anchors ? kDefaultSelectEvery : 1;
@@ -286,6 +302,8 @@ void validate_attention(const AttentionOptions& options, const Shape& shape) {
     fail("refined reuse (refine factor {}) needs reuse (--reuse; in eval: kascade-reuse-refine{}): by default "
          "every layer is an anchor",
          options.refine_factor, options.refine_factor);
+  if (options.wide_factor && (*options.wide_factor < 1 || *options.wide_factor > 100))
+    fail("wide factor {} must be in [1, 100]", *options.wide_factor);
   if (options.select_every && *options.select_every < 1)
     fail("select-every {} must be at least 1", *options.select_every);
   if (options.kascade() && options.select_every.value_or(1) > 1 && !options.all_anchors)

@@ -64,6 +64,11 @@
 //                        holds only for a batch unchanged since it selected
 //                        (gpu/backend.h).
 //                        Unset: 2 with every layer selecting, else 1.
+//   wide_factor F        at decode, the profile's wide layers (by default the
+//                        last quarter: KascadeProfile::wide_layers) select F
+//                        times the budget (at most every key); 1: every layer
+//                        selects the budget. Unset: 3 with every layer
+//                        selecting, else 1 (the paper's method unchanged).
 // The defaults, decode-only with every layer an anchor holding its selection
 // every other step, are what kept dense accuracy on real models at p = 10
 // (docs/accuracy.md): cross-layer reuse (all_anchors = false) and sparse
@@ -129,6 +134,9 @@ struct AttentionOptions {
   // Decode steps per selection of a selecting layer (1: it selects at every
   // step); unset: select_every_or_default's.
   std::optional<int> select_every;
+  // The decode budget of the profile's wide layers, as a multiple of
+  // budget_percent; unset: wide_factor_or_default's.
+  std::optional<int> wide_factor;
 
   // Layers attended densely; unset: kascade/oracle-topk {0}, quest {0, 1}.
   std::optional<std::vector<int>> dense_layers;
@@ -185,6 +193,7 @@ void set_attention_option(AttentionOptions& options, std::string_view name, std:
 //   -exact-scoring         Kascade: ... from the fp16 keys (default: the engine's choice)
 //   -from<keys>            Kascade: sparse decode from this many keys on
 //   -every<steps>          Kascade: selecting layers rank keys at one decode step in this many
+//   -wide<factor>          Kascade: the profile's wide layers select factor x the budget
 //   -sparse-prefill        Kascade: sparse prefill too (default: dense prefill)
 //   -prefill-only          Kascade: sparse prefill, dense decode
 // e.g. dense, kascade, kascade-p5, kascade-reuse-sparse-prefill (the paper's
@@ -205,6 +214,16 @@ inline constexpr int kDefaultSelectEvery = 2;
 // options.select_every where set, else kDefaultSelectEvery where every layer
 // selects (Kascade without reuse) and 1 otherwise.
 int select_every_or_default(const AttentionOptions& options);
+
+// The default's wide layers select three times the budget at decode: on
+// Qwen2.5-Coder-1.5B it took frequent-word counting (fwe) from -6.3 / -8.0 /
+// -10.7 points against dense to -1.0 / +0.0 / -3.3 at 8K / 16K / 24K, left
+// the other tasks within a point, and cost 6 % of the decode speed at 30K x
+// 16 (docs/accuracy.md, "Wide layers").
+inline constexpr int kDefaultWideFactor = 3;
+// options.wide_factor where set, else kDefaultWideFactor where every layer
+// selects (Kascade without reuse) and 1 otherwise.
+int wide_factor_or_default(const AttentionOptions& options);
 
 // Layer choices published for 32-layer Llama models mapped to n_layers:
 // round(l * n_layers / 32), clamped to the last layer, duplicates dropped.

@@ -35,6 +35,7 @@ struct LayerPlan {
   int anchor = 0;          // the anchor whose sets it reads (itself on anchors)
   std::vector<int> pools;  // [kv head]: the anchor pool KV head h reads
   bool sketch = false;     // an Anchor ranks keys from the key sketch (decode only)
+  double budget_percent = 0;  // what it selects: budget_percent, at decode times wide_factor on a wide layer
   bool selects() const { return action == LayerAction::DenseAnchor || action == LayerAction::Anchor; }
 };
 
@@ -68,8 +69,11 @@ class Plan {
 
   // Selection pools an anchor fills: one per KV head, or one for all (all-heads pooled).
   int n_pools() const { return n_pools_; }
-  // The keys selected out of n candidates: budget(n) of KASCADE.md.
-  int64_t keys(int64_t n_candidates) const;
+  // The keys layer `layer_index` selects out of n candidates in a step of
+  // this phase: budget(n) of KASCADE.md at the layer's budget_percent.
+  int64_t keys(Phase phase, int layer_index, int64_t n_candidates) const;
+  // The most keys any layer selects out of n candidates (index-set strides).
+  int64_t max_keys(int64_t n_candidates) const;
   // Refined reuse: anchors keep this many times their keys as candidates (1: none).
   int candidate_factor() const { return options_.refine_factor; }
   // Prefill chunks start on multiples of this (a Kascade tile when prefill is sparse).

@@ -36,6 +36,13 @@ void validate_profile(const KascadeProfile& profile, const Shape& shape) {
       fail("profile: anchors must be strictly ascending (anchors[{}] = {} after {})", i, a,
            profile.anchors[i - 1]);
   }
+  for (size_t i = 0; i < profile.wide_layers.size(); ++i) {
+    const int w = profile.wide_layers[i];
+    if (w < 0 || w >= L) fail("profile: wide_layers[{}] = {} outside [0, {})", i, w, L);
+    if (i > 0 && w <= profile.wide_layers[i - 1])
+      fail("profile: wide_layers must be strictly ascending (wide_layers[{}] = {} after {})", i, w,
+           profile.wide_layers[i - 1]);
+  }
   if (int(profile.head_map.size()) != L)
     fail("profile: head_map has {} rows, expected one per layer ({})", profile.head_map.size(), L);
   for (int j = 0; j < L; ++j) {
@@ -98,7 +105,14 @@ KascadeProfile default_profile(const Shape& shape) {
   std::vector<int> identity(size_t(shape.n_kv_heads));
   for (int h = 0; h < shape.n_kv_heads; ++h) identity[h] = h;
   profile.head_map.assign(size_t(shape.n_layers), identity);
+  profile.wide_layers = default_wide_layers(shape.n_layers);
   return profile;
+}
+
+std::vector<int> default_wide_layers(int n_layers) {
+  std::vector<int> layers;
+  for (int j = n_layers - n_layers / 4; j < n_layers; ++j) layers.push_back(j);
+  return layers;
 }
 
 json profile_to_json(const KascadeProfile& profile) {
@@ -118,6 +132,7 @@ json profile_to_json(const KascadeProfile& profile) {
   if (c.reuse_floor) out["calibration"]["reuse_floor"] = *c.reuse_floor;
   out["anchors"] = profile.anchors;
   out["head_map"] = profile.head_map;
+  out["wide_layers"] = profile.wide_layers;
   if (!profile.similarity.empty()) out["similarity"] = profile.similarity;
   if (!profile.importance.empty()) out["importance"] = profile.importance;
   if (!profile.dp_scores.empty()) {
@@ -239,6 +254,11 @@ KascadeProfile profile_from_json(const json& in, std::string_view source) {
   }
   profile.anchors = reader.get<std::vector<int>>(in, "anchors", "profile");
   profile.head_map = reader.get<std::vector<std::vector<int>>>(in, "head_map", "profile");
+  // A profile without wide layers gets the default rule (a count no model
+  // has fails validation against the model's shape later).
+  const int n_layers = profile.model.n_layers;
+  profile.wide_layers = reader.optional<std::vector<int>>(
+      in, "wide_layers", "profile", n_layers > 0 && n_layers <= 4096 ? default_wide_layers(n_layers) : std::vector<int>{});
   profile.similarity =
       reader.optional<std::vector<std::vector<double>>>(in, "similarity", "profile", {});
   profile.importance = reader.optional<std::vector<double>>(in, "importance", "profile", {});

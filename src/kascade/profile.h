@@ -63,6 +63,10 @@ struct KascadeProfile {
   CalibrationSettings calibration;
   std::vector<int> anchors;                // ascending, starting at layer 0
   std::vector<std::vector<int>> head_map;  // [layer][kv_head] -> anchor KV head
+  // Layers whose decode selections need more keys: they select wide_factor
+  // times the budget (AttentionOptions::wide_factor). Ascending; may be empty.
+  // Default (and where a profile file has none): default_wide_layers.
+  std::vector<int> wide_layers;
   // Optional statistics (empty when absent).
   std::vector<std::vector<double>> similarity;  // [a][b]: sim(a, b), a <= b
   std::vector<double> importance;               // [layer]: w_b
@@ -74,13 +78,21 @@ struct KascadeProfile {
 // starting at 0, inside [0, n_layers); head_map n_layers x n_kv_heads with
 // entries in [0, n_kv_heads), identity on anchor layers; statistics sized to
 // the layer count when present; roles, when present, one per layer and
-// agreeing with the anchors; model identity matching the shape.
+// agreeing with the anchors; wide layers ascending, unique, inside the
+// model; model identity matching the shape.
 void validate_profile(const KascadeProfile& profile, const Shape& shape);
 
 // Evenly spread anchors round(i * n_layers / 5), i < 5 (fewer when the model
-// has fewer layers), identity head maps: the fallback when no calibrated
-// profile is given.
+// has fewer layers), identity head maps, default_wide_layers: the fallback
+// when no calibrated profile is given.
 KascadeProfile default_profile(const Shape& shape);
+
+// The last floor(n_layers / 4) layers. Counting words over a long context
+// (RULER's fwe) lost 6-11 points at a 10 % budget on Qwen2.5-Coder-1.5B and
+// SmolLM2-135M, and three times the budget in these layers recovered it,
+// while the same in any earlier quarter recovered nothing
+// (docs/accuracy.md, "Wide layers").
+std::vector<int> default_wide_layers(int n_layers);
 
 nlohmann::json profile_to_json(const KascadeProfile& profile);
 // `source` names the origin (file path) in error messages.
