@@ -18,6 +18,21 @@ namespace kascade {
 
 using nlohmann::json;
 
+namespace {
+
+// Throws unless `layers` ascend strictly inside [0, n_layers).
+void check_layer_list(const std::vector<int>& layers, std::string_view field, int n_layers) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i] < 0 || layers[i] >= n_layers)
+      fail("profile: {}[{}] = {} outside [0, {})", field, i, layers[i], n_layers);
+    if (i > 0 && layers[i] <= layers[i - 1])
+      fail("profile: {} must be strictly ascending ({}[{}] = {} after {})", field, field, i, layers[i],
+           layers[i - 1]);
+  }
+}
+
+}  // namespace
+
 void validate_profile(const KascadeProfile& profile, const Shape& shape) {
   const int L = shape.n_layers, G = shape.n_kv_heads;
   const ModelIdentity& model = profile.model;
@@ -29,20 +44,8 @@ void validate_profile(const KascadeProfile& profile, const Shape& shape) {
          shape.head_dim);
   if (profile.anchors.empty() || profile.anchors[0] != 0)
     fail("profile: anchors must start at layer 0");
-  for (size_t i = 0; i < profile.anchors.size(); ++i) {
-    const int a = profile.anchors[i];
-    if (a < 0 || a >= L) fail("profile: anchors[{}] = {} outside [0, {})", i, a, L);
-    if (i > 0 && a <= profile.anchors[i - 1])
-      fail("profile: anchors must be strictly ascending (anchors[{}] = {} after {})", i, a,
-           profile.anchors[i - 1]);
-  }
-  for (size_t i = 0; i < profile.wide_layers.size(); ++i) {
-    const int w = profile.wide_layers[i];
-    if (w < 0 || w >= L) fail("profile: wide_layers[{}] = {} outside [0, {})", i, w, L);
-    if (i > 0 && w <= profile.wide_layers[i - 1])
-      fail("profile: wide_layers must be strictly ascending (wide_layers[{}] = {} after {})", i, w,
-           profile.wide_layers[i - 1]);
-  }
+  check_layer_list(profile.anchors, "anchors", L);
+  check_layer_list(profile.wide_layers, "wide_layers", L);
   if (int(profile.head_map.size()) != L)
     fail("profile: head_map has {} rows, expected one per layer ({})", profile.head_map.size(), L);
   for (int j = 0; j < L; ++j) {
