@@ -198,7 +198,7 @@ void reuse_decode(const AttentionArgs& args, const DecodeIndexSets& anchor, cons
 // (an anchor_decode selection, its counts per sequence), made when the
 // sequence had selected_lens[b] keys (device [batch]), that set shifted by
 // the seq_lens[b] - selected_lens[b] steps since (at most max_age), and the
-// keys added since. max_seq_len may be at most 1.8M keys.
+// keys added since, in one sparse pass that reads the set as that list.
 void held_decode(const AttentionArgs& args, const DecodeIndexSets& held, const int* selected_lens, int max_age,
                  Workspace& workspace, cudaStream_t stream);
 
