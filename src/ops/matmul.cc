@@ -337,30 +337,49 @@ template <int kTokens>
 // out[i * out_stride] = row . token (first + i) for i < kTokens (at most 4:
 // their scale and sum pairs fill one vector). Even and odd blocks go to
 // separate chains: a row has few blocks (18 at d_model 576), so with one
-// chain the FMA latency set the pace of a lone token. Every token goes
-// through the same operations in the same order as it would alone.
+// chain the FMA latency set the pace of a lone token. The two chains are
+// named variables, not an array indexed by the block's parity: indexed, the
+// compiler kept them on the stack, and every block waited on a store and a
+// reload. Every token goes through the same operations in the same order as
+// it would alone.
 template <typename Format, int kTokens>
 void row_dots(const uint8_t* row, const QuantizedTokens& x, int64_t first, float* out, int64_t out_stride) {
   static_assert(kTokens >= 1 && kTokens <= 4);
-  __m256 chains[2][kTokens], chain_offsets[2];
-  for (int c = 0; c < 2; ++c) {
-    for (int i = 0; i < kTokens; ++i) chains[c][i] = _mm256_setzero_ps();
-    chain_offsets[c] = _mm256_setzero_ps();
-  }
+  __m256 even[kTokens], odd[kTokens], even_offsets = _mm256_setzero_ps(), odd_offsets = _mm256_setzero_ps();
+  for (int i = 0; i < kTokens; ++i) even[i] = odd[i] = _mm256_setzero_ps();
   const int64_t n_groups = x.n_blocks / Format::kBlocks, at = x.entry(first, 0, 0);
-  for (int64_t g = 0; g < n_groups; ++g) {
-    const uint8_t* group = row + g * Format::kBytes;
-    const typename Format::Factors factors = Format::factors(group);
-    for (int j = 0; j < Format::kBlocks; ++j) {
-      const int64_t b = g * Format::kBlocks + j;
-      add_block<kTokens>(Format::words(group, j), Format::block_factors(factors, j), x, at + b * kTokens,
-                         chains[b % 2], chain_offsets[b % 2]);
+  const auto add = [&](const uint8_t* group, const typename Format::Factors& factors, int64_t g, int j,
+                       __m256(&chain)[kTokens], __m256& offsets) {
+    const int64_t b = g * Format::kBlocks + j;
+    add_block<kTokens>(Format::words(group, j), Format::block_factors(factors, j), x, at + b * kTokens, chain,
+                       offsets);
+  };
+  if constexpr (Format::kBlocks % 2 == 0) {
+    for (int64_t g = 0; g < n_groups; ++g) {
+      const uint8_t* group = row + g * Format::kBytes;
+      const typename Format::Factors factors = Format::factors(group);
+      for (int j = 0; j < Format::kBlocks; j += 2) {
+        add(group, factors, g, j, even, even_offsets);
+        add(group, factors, g, j + 1, odd, odd_offsets);
+      }
     }
+  } else {
+    static_assert(Format::kBlocks == 1);
+    const auto add_group = [&](int64_t g, __m256(&chain)[kTokens], __m256& offsets) {
+      const uint8_t* group = row + g * Format::kBytes;
+      add(group, Format::factors(group), g, 0, chain, offsets);
+    };
+    int64_t g = 0;
+    for (; g + 2 <= n_groups; g += 2) {
+      add_group(g, even, even_offsets);
+      add_group(g + 1, odd, odd_offsets);
+    }
+    if (g < n_groups) add_group(g, even, even_offsets);
   }
   alignas(32) float offsets[8];
-  _mm256_store_ps(offsets, _mm256_add_ps(chain_offsets[0], chain_offsets[1]));
+  _mm256_store_ps(offsets, _mm256_add_ps(even_offsets, odd_offsets));
   for (int i = 0; i < kTokens; ++i)
-    out[i * out_stride] = horizontal_sum(_mm256_add_ps(chains[0][i], chains[1][i])) + offsets[2 * i + 1];
+    out[i * out_stride] = horizontal_sum(_mm256_add_ps(even[i], odd[i])) + offsets[2 * i + 1];
 }
 
 // Rows per work item of the matrix-vector path: enough to amortise
