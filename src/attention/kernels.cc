@@ -157,33 +157,41 @@ static inline void row_pointers(P* first, int64_t ld, int64_t n, P* dummy, P* (&
   for (int64_t r = 0; r < 6; ++r) rows[r] = r < n ? first + r * ld : (write ? dummy : first + (n - 1) * ld);
 }
 
-// QK^T: six rows x one 16-key panel, accumulated over d.
-static inline void qk_tile(const float* const (&q)[6], int d, const float* panel,
-                           float* const (&s)[6]) {
-  __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0;
-  __m256 a3 = a0, b3 = a0, a4 = a0, b4 = a0, a5 = a0, b5 = a0;
-  for (int c = 0; c < d; ++c) {
-    const __m256 lo = _mm256_load_ps(panel + c * kPanelWidth);
-    const __m256 hi = _mm256_load_ps(panel + c * kPanelWidth + 8);
-    __m256 x = _mm256_broadcast_ss(q[0] + c);
+// The register tile both packed products use: c[r][0..15] (+)= sum over k <
+// n of a[r][k] * b[k * 16 .. k * 16 + 15], six rows of a against 16-float
+// rows of b (QK^T: a = queries over d, b = a key panel; PV: a =
+// probabilities over keys, b = a value chunk). kAccumulate starts from c.
+template <bool kAccumulate>
+static inline void tile_6x16(const float* const (&a)[6], int64_t n, const float* b, float* const (&c)[6]) {
+  static_assert(kPanelWidth == 16 && kChunkWidth == 16);
+  const auto start = [](const float* row, int offset) {
+    return kAccumulate ? _mm256_loadu_ps(row + offset) : _mm256_setzero_ps();
+  };
+  __m256 a0 = start(c[0], 0), b0 = start(c[0], 8), a1 = start(c[1], 0), b1 = start(c[1], 8);
+  __m256 a2 = start(c[2], 0), b2 = start(c[2], 8), a3 = start(c[3], 0), b3 = start(c[3], 8);
+  __m256 a4 = start(c[4], 0), b4 = start(c[4], 8), a5 = start(c[5], 0), b5 = start(c[5], 8);
+  for (int64_t k = 0; k < n; ++k) {
+    const __m256 lo = _mm256_load_ps(b + k * 16);
+    const __m256 hi = _mm256_load_ps(b + k * 16 + 8);
+    __m256 x = _mm256_broadcast_ss(a[0] + k);
     a0 = _mm256_fmadd_ps(x, lo, a0), b0 = _mm256_fmadd_ps(x, hi, b0);
-    x = _mm256_broadcast_ss(q[1] + c);
+    x = _mm256_broadcast_ss(a[1] + k);
     a1 = _mm256_fmadd_ps(x, lo, a1), b1 = _mm256_fmadd_ps(x, hi, b1);
-    x = _mm256_broadcast_ss(q[2] + c);
+    x = _mm256_broadcast_ss(a[2] + k);
     a2 = _mm256_fmadd_ps(x, lo, a2), b2 = _mm256_fmadd_ps(x, hi, b2);
-    x = _mm256_broadcast_ss(q[3] + c);
+    x = _mm256_broadcast_ss(a[3] + k);
     a3 = _mm256_fmadd_ps(x, lo, a3), b3 = _mm256_fmadd_ps(x, hi, b3);
-    x = _mm256_broadcast_ss(q[4] + c);
+    x = _mm256_broadcast_ss(a[4] + k);
     a4 = _mm256_fmadd_ps(x, lo, a4), b4 = _mm256_fmadd_ps(x, hi, b4);
-    x = _mm256_broadcast_ss(q[5] + c);
+    x = _mm256_broadcast_ss(a[5] + k);
     a5 = _mm256_fmadd_ps(x, lo, a5), b5 = _mm256_fmadd_ps(x, hi, b5);
   }
-  _mm256_storeu_ps(s[0], a0), _mm256_storeu_ps(s[0] + 8, b0);
-  _mm256_storeu_ps(s[1], a1), _mm256_storeu_ps(s[1] + 8, b1);
-  _mm256_storeu_ps(s[2], a2), _mm256_storeu_ps(s[2] + 8, b2);
-  _mm256_storeu_ps(s[3], a3), _mm256_storeu_ps(s[3] + 8, b3);
-  _mm256_storeu_ps(s[4], a4), _mm256_storeu_ps(s[4] + 8, b4);
-  _mm256_storeu_ps(s[5], a5), _mm256_storeu_ps(s[5] + 8, b5);
+  _mm256_storeu_ps(c[0], a0), _mm256_storeu_ps(c[0] + 8, b0);
+  _mm256_storeu_ps(c[1], a1), _mm256_storeu_ps(c[1] + 8, b1);
+  _mm256_storeu_ps(c[2], a2), _mm256_storeu_ps(c[2] + 8, b2);
+  _mm256_storeu_ps(c[3], a3), _mm256_storeu_ps(c[3] + 8, b3);
+  _mm256_storeu_ps(c[4], a4), _mm256_storeu_ps(c[4] + 8, b4);
+  _mm256_storeu_ps(c[5], a5), _mm256_storeu_ps(c[5] + 8, b5);
 }
 
 void qk_panels(const float* q, int64_t n_rows, int d, const float* panels, int64_t n_keys,
@@ -197,12 +205,12 @@ void qk_panels(const float* q, int64_t n_rows, int d, const float* panels, int64
     for (int64_t p = 0; p < n_panels; ++p) {
       float* srows[6];
       row_pointers(s + r0 * lds + p * kPanelWidth, lds, n, dummy, srows, true);
-      qk_tile(qrows, d, panels + p * d * kPanelWidth, srows);
+      tile_6x16<false>(qrows, d, panels + p * d * kPanelWidth, srows);
     }
   }
 }
 
-// PV: six rows x 16 output columns (two vectors), accumulated over the list.
+// Gathered and streamed rows: prefetching and list access for the decode kernels below.
 template <typename T>
 static inline void prefetch_row(const T* row, int d) {
   const char* bytes = reinterpret_cast<const char*>(row);
@@ -214,39 +222,6 @@ constexpr int64_t kPrefetchDistance = 16;
 template <typename T, bool kGather>
 static inline const T* list_row(Rows<T> rows, const KeyList& list, int64_t i) {
   return kGather ? rows.row(list.indices[i]) : rows.row(list.first + i);
-}
-
-// Prefill PV from packed value chunks: six rows x 16 columns of one chunk.
-static inline void pv_chunk_tile(const float* const (&p)[6], const float* chunk, int64_t n_keys,
-                                 float* const (&o)[6]) {
-  __m256 a0 = _mm256_loadu_ps(o[0]), b0 = _mm256_loadu_ps(o[0] + 8);
-  __m256 a1 = _mm256_loadu_ps(o[1]), b1 = _mm256_loadu_ps(o[1] + 8);
-  __m256 a2 = _mm256_loadu_ps(o[2]), b2 = _mm256_loadu_ps(o[2] + 8);
-  __m256 a3 = _mm256_loadu_ps(o[3]), b3 = _mm256_loadu_ps(o[3] + 8);
-  __m256 a4 = _mm256_loadu_ps(o[4]), b4 = _mm256_loadu_ps(o[4] + 8);
-  __m256 a5 = _mm256_loadu_ps(o[5]), b5 = _mm256_loadu_ps(o[5] + 8);
-  for (int64_t i = 0; i < n_keys; ++i) {
-    const __m256 lo = _mm256_load_ps(chunk + i * kChunkWidth);
-    const __m256 hi = _mm256_load_ps(chunk + i * kChunkWidth + 8);
-    __m256 x = _mm256_broadcast_ss(p[0] + i);
-    a0 = _mm256_fmadd_ps(x, lo, a0), b0 = _mm256_fmadd_ps(x, hi, b0);
-    x = _mm256_broadcast_ss(p[1] + i);
-    a1 = _mm256_fmadd_ps(x, lo, a1), b1 = _mm256_fmadd_ps(x, hi, b1);
-    x = _mm256_broadcast_ss(p[2] + i);
-    a2 = _mm256_fmadd_ps(x, lo, a2), b2 = _mm256_fmadd_ps(x, hi, b2);
-    x = _mm256_broadcast_ss(p[3] + i);
-    a3 = _mm256_fmadd_ps(x, lo, a3), b3 = _mm256_fmadd_ps(x, hi, b3);
-    x = _mm256_broadcast_ss(p[4] + i);
-    a4 = _mm256_fmadd_ps(x, lo, a4), b4 = _mm256_fmadd_ps(x, hi, b4);
-    x = _mm256_broadcast_ss(p[5] + i);
-    a5 = _mm256_fmadd_ps(x, lo, a5), b5 = _mm256_fmadd_ps(x, hi, b5);
-  }
-  _mm256_storeu_ps(o[0], a0), _mm256_storeu_ps(o[0] + 8, b0);
-  _mm256_storeu_ps(o[1], a1), _mm256_storeu_ps(o[1] + 8, b1);
-  _mm256_storeu_ps(o[2], a2), _mm256_storeu_ps(o[2] + 8, b2);
-  _mm256_storeu_ps(o[3], a3), _mm256_storeu_ps(o[3] + 8, b3);
-  _mm256_storeu_ps(o[4], a4), _mm256_storeu_ps(o[4] + 8, b4);
-  _mm256_storeu_ps(o[5], a5), _mm256_storeu_ps(o[5] + 8, b5);
 }
 
 void pv_packed(const float* p, int64_t ldp, int64_t n_rows, const float* value_block,
@@ -263,7 +238,7 @@ void pv_packed(const float* p, int64_t ldp, int64_t n_rows, const float* value_b
       float* orows[6];
       row_pointers(p + r0 * ldp, ldp, n, static_cast<const float*>(nullptr), prows, false);
       row_pointers(o + r0 * ldo + c * kChunkWidth, ldo, n, dummy, orows, true);
-      pv_chunk_tile(prows, chunk, n_keys, orows);
+      tile_6x16<true>(prows, n_keys, chunk, orows);
     }
   }
 }
