@@ -78,7 +78,7 @@ TEST(AttentionOptions, BadOptionsRaiseErrors) {
   EXPECT_EQ(error_of(o), "");
   o = named("kascade");
   o.dense_layers = std::vector<int>{0, 6};
-  EXPECT_NE(error_of(o).find("layer 6 outside [0, 6)"), std::string::npos);
+  EXPECT_NE(error_of(o).find("dense layers[1] = 6 outside [0, 6)"), std::string::npos);
   o = named("omnikv");
   o.filter_layers = std::vector<int>{3, 2};
   EXPECT_NE(error_of(o).find("ascending"), std::string::npos);

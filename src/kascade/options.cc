@@ -203,16 +203,6 @@ constexpr Suffix kSuffixes[] = {
        fmt::join(suffixes, ", "));
 }
 
-void check_layers(const std::optional<std::vector<int>>& layers, std::string_view option, int n_layers) {
-  if (!layers) return;
-  for (size_t i = 0; i < layers->size(); ++i) {
-    const int layer = (*layers)[i];
-    if (layer < 0 || layer >= n_layers) fail("{}: layer {} outside [0, {})", option, layer, n_layers);
-    if (i > 0 && layer <= (*layers)[i - 1])
-      fail("{}: layers must be strictly ascending ({} after {})", option, layer, (*layers)[i - 1]);
-  }
-}
-
 void check_fraction(double value, std::string_view option) {
   if (!(value >= 0 && value <= 1)) fail("{} {} must be in [0, 1]", option, value);
 }
@@ -314,9 +304,10 @@ void validate_attention(const AttentionOptions& options, const Shape& shape) {
   if (options.page_size <= 0) fail("page size {} must be positive", options.page_size);
   check_fraction(options.window_fraction, "window fraction");
   check_fraction(options.recent_fraction, "recent fraction");
-  check_layers(options.dense_layers, "dense layers", shape.n_layers);
-  check_layers(options.filter_layers, "omnikv filter layers", shape.n_layers);
-  check_layers(options.selection_layers, "lessismore selection layers", shape.n_layers);
+  if (options.dense_layers) check_layer_list(*options.dense_layers, "dense layers", shape.n_layers);
+  if (options.filter_layers) check_layer_list(*options.filter_layers, "omnikv filter layers", shape.n_layers);
+  if (options.selection_layers)
+    check_layer_list(*options.selection_layers, "lessismore selection layers", shape.n_layers);
   if (options.profile) validate_profile(*options.profile, shape);
 }
 

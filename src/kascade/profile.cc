@@ -18,21 +18,6 @@ namespace kascade {
 
 using nlohmann::json;
 
-namespace {
-
-// Throws unless `layers` ascend strictly inside [0, n_layers).
-void check_layer_list(const std::vector<int>& layers, std::string_view field, int n_layers) {
-  for (size_t i = 0; i < layers.size(); ++i) {
-    if (layers[i] < 0 || layers[i] >= n_layers)
-      fail("profile: {}[{}] = {} outside [0, {})", field, i, layers[i], n_layers);
-    if (i > 0 && layers[i] <= layers[i - 1])
-      fail("profile: {} must be strictly ascending ({}[{}] = {} after {})", field, field, i, layers[i],
-           layers[i - 1]);
-  }
-}
-
-}  // namespace
-
 void validate_profile(const KascadeProfile& profile, const Shape& shape) {
   const int L = shape.n_layers, G = shape.n_kv_heads;
   const ModelIdentity& model = profile.model;
@@ -44,8 +29,8 @@ void validate_profile(const KascadeProfile& profile, const Shape& shape) {
          shape.head_dim);
   if (profile.anchors.empty() || profile.anchors[0] != 0)
     fail("profile: anchors must start at layer 0");
-  check_layer_list(profile.anchors, "anchors", L);
-  check_layer_list(profile.wide_layers, "wide_layers", L);
+  check_layer_list(profile.anchors, "profile: anchors", L);
+  check_layer_list(profile.wide_layers, "profile: wide_layers", L);
   if (int(profile.head_map.size()) != L)
     fail("profile: head_map has {} rows, expected one per layer ({})", profile.head_map.size(), L);
   for (int j = 0; j < L; ++j) {

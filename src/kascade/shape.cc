@@ -14,4 +14,12 @@ void check_shape(const Shape& shape) {
     fail("attention shape: head_dim {} must be a multiple of 8 in [8, 512]", shape.head_dim);
 }
 
+void check_layer_list(std::span<const int> layers, std::string_view name, int n_layers) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i] < 0 || layers[i] >= n_layers) fail("{}[{}] = {} outside [0, {})", name, i, layers[i], n_layers);
+    if (i > 0 && layers[i] <= layers[i - 1])
+      fail("{} must be strictly ascending ({}[{}] = {} after {})", name, name, i, layers[i], layers[i - 1]);
+  }
+}
+
 }  // namespace kascade
