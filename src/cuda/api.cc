@@ -19,7 +19,6 @@ using detail::kPrefillBlockRows;
 
 namespace {
 
-constexpr int kMaxHeadsPerDecodeBlock = 16;  // rows of one m16n8k16 tile
 // Smallest key range of a split, dense passes (dense attention, the anchor's
 // score pass) and sparse ones: 128 keys. Dense at 2 KV heads, batch 1, 1K-8K
 // keys: 128 beat 256 by 1.5-5 % a decode step, 64 lost at 8K; sparse: 256
@@ -182,7 +181,7 @@ detail::DecodeParams decode_params(const AttentionArgs& args) {
   detail::DecodeParams p;
   static_cast<detail::CallGeometry&>(p) = call_geometry(args);
   static_cast<detail::PagedLayout&>(p) = paged_layout(args);
-  p.head_blocks = (p.group + kMaxHeadsPerDecodeBlock - 1) / kMaxHeadsPerDecodeBlock;
+  p.head_blocks = (p.group + detail::kMaxHeadsPerDecodeBlock - 1) / detail::kMaxHeadsPerDecodeBlock;
   p.heads_per_block = (p.group + p.head_blocks - 1) / p.head_blocks;
   p.output = args.output;
   return p;
@@ -356,6 +355,9 @@ void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_o
   if (sketched) {
     scoring.sketch_codes = args.key_sketch.codes;
     scoring.sketch_params = args.key_sketch.params;
+    // A group above eight heads reads the sketch once per block of at most eight.
+    scoring.head_blocks = (scoring.group + detail::kMaxHeadsPerSketchBlock - 1) / detail::kMaxHeadsPerSketchBlock;
+    scoring.heads_per_block = (scoring.group + scoring.head_blocks - 1) / scoring.head_blocks;
   }
   scoring.splits = plan_splits(scoring, args.max_seq_len,
                                detail::decode_blocks_per_sm(args.dtype, args.head_dim, score_mode, false),

@@ -3,7 +3,8 @@
 // the split merge; and the anchor's pooled score + exact top-k selection.
 //
 // One block serves up to 16 query heads of one KV group (the g heads fill the
-// rows of an m16n8k16 tile), so each K/V row is read once for the group. Its
+// rows of an m16n8k16 tile; in the sketch-scoring pass its columns, eight to a
+// tile: SketchScorer), so each K/V row is read once for the group. Its
 // warps (two or four) stream disjoint chunks of 16 keys through their own cp.async
 // pipelines (16-byte copies, swizzled tiles), keep one online-softmax state
 // each, and merge at the end; splits along the keys fill the machine at small
@@ -41,6 +42,9 @@ struct DecodeConfig {
   // start-up and drain); the K-only pass already fits four blocks of four.
   static constexpr int kWarps = kReadValues ? 2 : 4;
   static constexpr int kThreads = kWarps * 32;
+  // Sketch passes up to 128 channels keep four blocks a multiprocessor (their
+  // registers capped at 128 a thread; bf16 asked for 132).
+  static constexpr int kMinBlocks = kSketch && kHeadDim <= 128 ? 4 : 1;
   static constexpr int kStages = kHeadDim <= 128 ? 3 : 2;
   static constexpr int kTileBytes = kChunkKeys * kHeadDim * 2;
   static constexpr int kStageBytes = kTileBytes * (kReadValues ? 2 : 1);
@@ -79,17 +83,24 @@ __device__ __forceinline__ void interleave_pairs(uint4 v, uint32_t pairs[4]) {
 }
 
 // Scores from the 4-bit key sketch on the tensor cores, without widening keys
-// in shared memory. key_sketch.h's key is lo + code * step per channel, so
+// in shared memory, keys in the tile's rows and the query heads (at most
+// kMaxHeadsPerSketchBlock) in its columns: one product per 16 keys and 16
+// channels for a group of up to eight (the 1.5B's 6, the 8B's 4), where heads
+// as rows (16, mostly empty) took two, and a lane keeps four scores a chunk
+// instead of eight. key_sketch.h's key is lo + code * step per channel, so
 // q.k = q.lo + (q * step).code: per 64-key block a warp folds the block's
 // step into its query fragments and computes q.lo once; per chunk each lane
-// turns its code words into B fragments by masking nibbles into the mantissa
+// turns its code words into A fragments by masking nibbles into the mantissa
 // of an offset (1024 in fp16, 128 in bf16: exact halves offset + code), which
 // the block's bias takes off again. A dot product takes any channel order that
 // query and key share: lane t of a quad holds channels [t, t + 1) * kHeadDim / 4
-// of its key, the kHeadDim / 8 code bytes it loads in one piece. In k-step
-// 2w + h its B pairs are the word w's nibbles (2h, 2h + 4) and (2h + 1, 2h + 5),
-// so its A pairs are the query's channels c, c + 4 and c + 1, c + 5 from
+// of its keys, the kHeadDim / 8 code bytes it loads in one piece. In k-step
+// 2w + h its A pairs are the word w's nibbles (2h, 2h + 4) and (2h + 1, 2h + 5),
+// so its B pairs are the query's channels c, c + 4 and c + 1, c + 5 from
 // c = 8 * (t * kWords + w) + 2h.
+//
+// Accumulator layout: s[e] is key g + 8 * (e >> 1) of the chunk and head
+// 2t + (e & 1) of the block, for lane 4g + t.
 template <typename T, int kHeadDim>
 struct SketchScorer {
   static constexpr int kWords = kHeadDim / 32;  // code words (8 channels) of a lane per key
@@ -98,35 +109,32 @@ struct SketchScorer {
   static constexpr uint32_t kOffsetBits = kHalf ? 0x64006400u : 0x43004300u;  // offset, offset
   static constexpr uint32_t kMinusOffsetBits = kOffsetBits | 0x80008000u;
 
-  uint32_t query[kSteps][4];     // A fragments of the query rows, in the lane's channel order
-  uint32_t weighted[kSteps][4];  // the same times the block's step
-  float bias[2];                 // rows lane / 4 and + 8: q.lo - offset * sum(q * step)
+  uint32_t query[kSteps][2];     // B fragments of head g, in the lane's channel order
+  uint32_t weighted[kSteps][2];  // the same times the block's step
+  float bias[2];                 // heads 2t and 2t + 1: q.lo - offset * sum(q * step)
 
-  // The query's A fragments from its swizzled tile (16 rows, zero-padded).
+  // Head g's fragments from the query's swizzled tile (zero rows past the group).
   __device__ __forceinline__ void load_query(const unsigned char* tile, int lane) {
     const int row = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int w = 0; w < kWords; ++w) {
-      uint32_t top[4], bottom[4];
-      const int chunk = t * kWords + w;
-      interleave_pairs(*reinterpret_cast<const uint4*>(tile + SwizzledTile<kHeadDim>::offset(row, chunk)), top);
-      interleave_pairs(*reinterpret_cast<const uint4*>(tile + SwizzledTile<kHeadDim>::offset(row + 8, chunk)), bottom);
+      uint32_t pairs[4];
+      interleave_pairs(*reinterpret_cast<const uint4*>(tile + SwizzledTile<kHeadDim>::offset(row, t * kWords + w)),
+                       pairs);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        uint32_t* a = query[2 * w + h];
-        a[0] = top[2 * h];
-        a[1] = bottom[2 * h];
-        a[2] = top[2 * h + 1];
-        a[3] = bottom[2 * h + 1];
+        query[2 * w + h][0] = pairs[2 * h];
+        query[2 * w + h][1] = pairs[2 * h + 1];
       }
     }
   }
 
   // A block's lo and step (fp16, kHeadDim each, as staged): the weighted
-  // fragments and the bias.
+  // fragments and the bias (lo is every row of its products' A).
   __device__ __forceinline__ void fold_block(const __half* params, int lane) {
     const int t = lane & 3;
     float d[4] = {0.f, 0.f, 0.f, 0.f}, offset[4] = {0.f, 0.f, 0.f, 0.f};  // q.lo; -offset * sum(q * step)
+    const uint32_t minus_offset[4] = {kMinusOffsetBits, kMinusOffsetBits, kMinusOffsetBits, kMinusOffsetBits};
 #pragma unroll
     for (int w = 0; w < kWords; ++w) {
       uint32_t lo[4], step[4];
@@ -135,22 +143,24 @@ struct SketchScorer {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int k = 2 * w + h;
-#pragma unroll
-        for (int r = 0; r < 4; ++r) weighted[k][r] = multiply(query[k][r], step[2 * h + r / 2]);
-        mma_16816<T>(d, query[k], as_element(lo[2 * h]), as_element(lo[2 * h + 1]));
-        mma_16816<T>(offset, weighted[k], kMinusOffsetBits, kMinusOffsetBits);
+        weighted[k][0] = multiply(query[k][0], step[2 * h]);
+        weighted[k][1] = multiply(query[k][1], step[2 * h + 1]);
+        const uint32_t lo_rows[4] = {as_element(lo[2 * h]), as_element(lo[2 * h]), as_element(lo[2 * h + 1]),
+                                     as_element(lo[2 * h + 1])};
+        mma_16816<T>(d, lo_rows, query[k][0], query[k][1]);
+        mma_16816<T>(offset, minus_offset, weighted[k][0], weighted[k][1]);
       }
     }
     bias[0] = d[0] + offset[0];
-    bias[1] = d[2] + offset[2];
+    bias[1] = d[1] + offset[1];
   }
 
   // Scores of the 16 keys of a staged chunk of codes (rows of kHeadDim / 2
-  // bytes): s[j] as an m16n8 accumulator of keys 8j .. 8j + 7. The two
-  // accumulators take turns, so that no product waits on the one before.
-  __device__ __forceinline__ void score_chunk(const unsigned char* codes, int lane, float s[2][4]) const {
+  // bytes). Even and odd k-steps go to two accumulators, so that no product
+  // waits on the one before.
+  __device__ __forceinline__ void score_chunk(const unsigned char* codes, int lane, float s[4]) const {
     const int t = lane & 3;
-    uint32_t words[2][kWords];
+    uint32_t words[2][kWords];  // keys g and g + 8
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const unsigned char* row = codes + (8 * j + (lane >> 2)) * (kHeadDim / 2) + t * kWords * 4;
@@ -167,17 +177,35 @@ struct SketchScorer {
           words[j][w] = two.x, words[j][w + 1] = two.y;
         }
       }
-      s[j][0] = s[j][1] = bias[0];
-      s[j][2] = s[j][3] = bias[1];
     }
+    float odd[4] = {0.f, 0.f, 0.f, 0.f};
+    s[0] = s[2] = bias[0];
+    s[1] = s[3] = bias[1];
 #pragma unroll
     for (int w = 0; w < kWords; ++w)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t a[4] = {((words[0][w] >> (8 * h)) & 0x000f000fu) | kOffsetBits,
+                               ((words[1][w] >> (8 * h)) & 0x000f000fu) | kOffsetBits,
+                               ((words[0][w] >> (8 * h + 4)) & 0x000f000fu) | kOffsetBits,
+                               ((words[1][w] >> (8 * h + 4)) & 0x000f000fu) | kOffsetBits};
+        mma_16816<T>(h == 0 ? s : odd, a, weighted[2 * w + h][0], weighted[2 * w + h][1]);
+      }
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
-          mma_16816<T>(s[j], weighted[2 * w + h], ((words[j][w] >> (8 * h)) & 0x000f000fu) | kOffsetBits,
-                       ((words[j][w] >> (8 * h + 4)) & 0x000f000fu) | kOffsetBits);
+    for (int e = 0; e < 4; ++e) s[e] += odd[e];
+  }
+
+  // Exact scores of the 16 keys of a staged key tile (the block of the
+  // newest key), in the same layout: the query tile's rows serve as B.
+  __device__ __forceinline__ static void score_exact_chunk(uint32_t key_tile, uint32_t query_tile, int lane,
+                                                           float s[4]) {
+#pragma unroll
+    for (int k_step = 0; k_step < kSteps; ++k_step) {
+      uint32_t a[4], b[4];
+      load_a_fragment<kHeadDim>(key_tile, 0, k_step, lane, a);
+      load_key_fragments<kHeadDim>(query_tile, 0, k_step, lane, b);  // b[0..1]: query rows 0-7
+      mma_16816<T>(s, a, b[0], b[1]);
+    }
   }
 
  private:
@@ -199,6 +227,54 @@ struct SketchScorer {
     } else {
       const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&pair));
       return ElementTraits<T>::pack2(x.x, x.y);
+    }
+  }
+};
+
+// A sketch pass's softmax states and smallest scores, one per lane and head
+// column of the accumulator layout (keys g and g + 8 of every chunk), folded
+// over the lanes of a column at the end: no reduction across lanes per chunk.
+struct SketchColumnStates {
+  SoftmaxState state[2];                    // heads 2t, 2t + 1
+  float smallest[2] = {INFINITY, INFINITY};
+
+  // Scores in log2 units, -inf for keys past the split.
+  __device__ __forceinline__ void add(const float s[4]) {
+#pragma unroll
+    for (int parity = 0; parity < 2; ++parity) {
+      const float first = s[parity], second = s[2 + parity];
+      SoftmaxState& st = state[parity];
+      const float new_max = fmaxf(st.max, fmaxf(first, second));
+      const float reference = SoftmaxState::finite_max(new_max);
+      st.sum = st.sum * exp2_approx(st.max - reference) + exp2_approx(first - reference) +
+               exp2_approx(second - reference);
+      st.max = new_max;
+      // -inf marks a key past the split: it does not lower the smallest score.
+      if (first != -INFINITY) smallest[parity] = fminf(smallest[parity], first);
+      if (second != -INFINITY) smallest[parity] = fminf(smallest[parity], second);
+    }
+  }
+
+  // Folds the eight lanes of each column (lanes t, t + 4, ...) and writes
+  // head 2t + parity's (max, sum, smallest) to states[head * 3].
+  __device__ __forceinline__ void store(float* states, int lane) {
+#pragma unroll
+    for (int parity = 0; parity < 2; ++parity) {
+      SoftmaxState& st = state[parity];
+#pragma unroll
+      for (int offset = 4; offset < 32; offset <<= 1) {
+        const SoftmaxState other{__shfl_xor_sync(0xffffffffu, st.max, offset),
+                                 __shfl_xor_sync(0xffffffffu, st.sum, offset)};
+        float self_scale, other_scale;
+        st.merge(other, self_scale, other_scale);
+        smallest[parity] = fminf(smallest[parity], __shfl_xor_sync(0xffffffffu, smallest[parity], offset));
+      }
+      if (lane < 4) {
+        float* at = states + (2 * lane + parity) * 3;
+        at[0] = st.max;
+        at[1] = st.sum;
+        at[2] = smallest[parity];
+      }
     }
   }
 };
@@ -233,7 +309,7 @@ __device__ __forceinline__ int held_position(const int* selection, int m, int se
 }
 
 template <typename T, int kHeadDim, DecodeMode kMode, Keys kKeys>
-__global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
+__global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads, DecodeConfig<kHeadDim, kMode>::kMinBlocks)
     decode_attention_kernel(const DecodeParams p) {
   constexpr bool kSparse = kKeys != Keys::All;
   constexpr bool kHeld = kKeys == Keys::Held;
@@ -416,6 +492,7 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
   const uint32_t query_address = shared_address(query_tile);
   const int quad_row = lane >> 2, quad_col = lane & 3;
   SketchScorer<T, kHeadDim> sketch;
+  SketchColumnStates columns;
   if constexpr (Config::kSketch) sketch.load_query(query_tile, lane);
 
 #pragma unroll
@@ -429,10 +506,32 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
     const uint32_t value_tile = key_tile + Config::kTileBytes;
     const int key0 = chunk_start(i);
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    if (Config::kSketch && key0 < sketched_end) {
-      const unsigned char* codes = stage;
-      if (i % kChunksPerBlock == 0) sketch.fold_block(reinterpret_cast<const __half*>(codes + Config::kCodeBytes), lane);
-      sketch.score_chunk(codes, lane, s);
+    if constexpr (Config::kSketch) {
+      // Keys in rows, heads in columns (SketchScorer's accumulator layout).
+      float scores[4] = {0.f, 0.f, 0.f, 0.f};
+      if (key0 < sketched_end) {
+        if (i % kChunksPerBlock == 0)
+          sketch.fold_block(reinterpret_cast<const __half*>(stage + Config::kCodeBytes), lane);
+        sketch.score_chunk(stage, lane, scores);
+      } else {
+        SketchScorer<T, kHeadDim>::score_exact_chunk(key_tile, query_address, lane, scores);
+      }
+      float* records = p.scores + (int64_t(b) * p.n_kv_heads + kv_head) * p.score_stride * p.score_record +
+                       first_in_group;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + quad_row + 8 * (e >> 1);
+        const int row = 2 * quad_col + (e & 1);
+        const bool valid = key < end;
+        scores[e] = valid ? scores[e] * p.scale_log2 : -INFINITY;
+        if (valid && row < n_rows) {
+          if (p.score_record > 0)
+            records[int64_t(key) * p.score_record + row] = scores[e];
+          else
+            p.scores[(int64_t(b) * p.n_heads + head0 + row) * p.score_stride + key] = scores[e];
+        }
+      }
+      columns.add(scores);
     } else {
 #pragma unroll
       for (int k_step = 0; k_step < kHeadDim / 16; ++k_step) {
@@ -442,127 +541,130 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads)
         mma_16816<T>(s[0], a, bk[0], bk[1]);
         mma_16816<T>(s[1], a, bk[2], bk[3]);
       }
-    }
-    const unsigned listed = kHeld ? unsigned(held_masks >> (kChunkKeys * (i % Config::kStages))) : ~0u;
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int in_chunk = 8 * j + 2 * quad_col + (e & 1);
-        const bool attended = key0 + in_chunk < end && ((listed >> in_chunk) & 1u);
-        s[j][e] = attended ? s[j][e] * p.scale_log2 : -INFINITY;
-      }
-
-    if constexpr (kMode != DecodeMode::Attend) {
-      // Raw scores of the real rows; dense modes only (the key is the position).
-      if (p.score_record > 0) {
-        // Key-major: the block's rows of key j sit side by side at record j
-        // of its KV head, so the block writes one sequential stream (the 16
-        // keys of a chunk are 16 consecutive records).
-        float* records = p.scores + (int64_t(b) * p.n_kv_heads + kv_head) * p.score_stride * p.score_record +
-                         first_in_group;
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = quad_row + 8 * (e >> 1);
-            const int key = key0 + 8 * j + 2 * quad_col + (e & 1);
-            if (row < n_rows && key < end) records[int64_t(key) * p.score_record + row] = s[j][e];
-          }
-      }
-      const bool odd = quad_col & 1;
-      const int row = quad_row + (odd ? 8 : 0);
-      float* score_row = p.scores + (int64_t(b) * p.n_heads + head0 + row) * p.score_stride;
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const float x = __shfl_xor_sync(0xffffffffu, odd ? s[j][0] : s[j][2], 1);
-        const float y = __shfl_xor_sync(0xffffffffu, odd ? s[j][1] : s[j][3], 1);
-        const float four[4] = {odd ? x : s[j][0], odd ? y : s[j][1], odd ? s[j][2] : x, odd ? s[j][3] : y};
-        const int key = key0 + 8 * j + 2 * (quad_col & ~1);
-        if (row < n_rows && p.score_record == 0) {
-          if (key + 3 < end) {
-            *reinterpret_cast<float4*>(score_row + key) = make_float4(four[0], four[1], four[2], four[3]);
-          } else {
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              if (key + e < end) score_row[key + e] = four[e];
-          }
-        }
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (key0 + 8 * j + 2 * quad_col + (e & 1) < end) row_min[e >> 1] = fminf(row_min[e >> 1], s[j][e]);
-      }
-    }
-
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float chunk_max = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
-      chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 1));
-      chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 2));
-      const float new_max = fmaxf(state[r].max, chunk_max);
-      const float reference = SoftmaxState::finite_max(new_max);
-      const float rescale = exp2_approx(state[r].max - reference);
-      state[r].max = new_max;
-      float chunk_sum = 0.f;
+      const unsigned listed = kHeld ? unsigned(held_masks >> (kChunkKeys * (i % Config::kStages))) : ~0u;
 #pragma unroll
       for (int j = 0; j < 2; ++j)
 #pragma unroll
-        for (int e = 2 * r; e < 2 * r + 2; ++e) {
-          s[j][e] = exp2_approx(s[j][e] - reference);
-          chunk_sum += s[j][e];
+        for (int e = 0; e < 4; ++e) {
+          const int in_chunk = 8 * j + 2 * quad_col + (e & 1);
+          const bool attended = key0 + in_chunk < end && ((listed >> in_chunk) & 1u);
+          s[j][e] = attended ? s[j][e] * p.scale_log2 : -INFINITY;
         }
-      state[r].sum = state[r].sum * rescale + chunk_sum;
-      if constexpr (Config::kReadValues) {
+
+      if constexpr (kMode != DecodeMode::Attend) {
+        // Raw scores of the real rows; dense modes only (the key is the position).
+        if (p.score_record > 0) {
+          // Key-major: the block's rows of key j sit side by side at record j
+          // of its KV head, so the block writes one sequential stream (the 16
+          // keys of a chunk are 16 consecutive records).
+          float* records = p.scores + (int64_t(b) * p.n_kv_heads + kv_head) * p.score_stride * p.score_record +
+                           first_in_group;
 #pragma unroll
-        for (int j = 0; j < kHeadDim / 8; ++j) {
-          out[j][2 * r] *= rescale;
-          out[j][2 * r + 1] *= rescale;
+          for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int row = quad_row + 8 * (e >> 1);
+              const int key = key0 + 8 * j + 2 * quad_col + (e & 1);
+              if (row < n_rows && key < end) records[int64_t(key) * p.score_record + row] = s[j][e];
+            }
+        }
+        const bool odd = quad_col & 1;
+        const int row = quad_row + (odd ? 8 : 0);
+        float* score_row = p.scores + (int64_t(b) * p.n_heads + head0 + row) * p.score_stride;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const float x = __shfl_xor_sync(0xffffffffu, odd ? s[j][0] : s[j][2], 1);
+          const float y = __shfl_xor_sync(0xffffffffu, odd ? s[j][1] : s[j][3], 1);
+          const float four[4] = {odd ? x : s[j][0], odd ? y : s[j][1], odd ? s[j][2] : x, odd ? s[j][3] : y};
+          const int key = key0 + 8 * j + 2 * (quad_col & ~1);
+          if (row < n_rows && p.score_record == 0) {
+            if (key + 3 < end) {
+              *reinterpret_cast<float4*>(score_row + key) = make_float4(four[0], four[1], four[2], four[3]);
+            } else {
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                if (key + e < end) score_row[key + e] = four[e];
+            }
+          }
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (key0 + 8 * j + 2 * quad_col + (e & 1) < end) row_min[e >> 1] = fminf(row_min[e >> 1], s[j][e]);
         }
       }
-    }
 
-    if constexpr (Config::kReadValues) {
-      uint32_t pa[4];
-      pa[0] = ElementTraits<T>::pack2(s[0][0], s[0][1]);
-      pa[1] = ElementTraits<T>::pack2(s[0][2], s[0][3]);
-      pa[2] = ElementTraits<T>::pack2(s[1][0], s[1][1]);
-      pa[3] = ElementTraits<T>::pack2(s[1][2], s[1][3]);
 #pragma unroll
-      for (int pair = 0; pair < kHeadDim / 16; ++pair) {
-        uint32_t bv[4];
-        load_value_fragments<kHeadDim>(value_tile, 0, pair, lane, bv);
-        mma_16816<T>(out[2 * pair], pa, bv[0], bv[1]);
-        mma_16816<T>(out[2 * pair + 1], pa, bv[2], bv[3]);
+      for (int r = 0; r < 2; ++r) {
+        float chunk_max = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
+        chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 1));
+        chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, 2));
+        const float new_max = fmaxf(state[r].max, chunk_max);
+        const float reference = SoftmaxState::finite_max(new_max);
+        const float rescale = exp2_approx(state[r].max - reference);
+        state[r].max = new_max;
+        float chunk_sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int e = 2 * r; e < 2 * r + 2; ++e) {
+            s[j][e] = exp2_approx(s[j][e] - reference);
+            chunk_sum += s[j][e];
+          }
+        state[r].sum = state[r].sum * rescale + chunk_sum;
+        if constexpr (Config::kReadValues) {
+#pragma unroll
+          for (int j = 0; j < kHeadDim / 8; ++j) {
+            out[j][2 * r] *= rescale;
+            out[j][2 * r + 1] *= rescale;
+          }
+        }
+      }
+
+      if constexpr (Config::kReadValues) {
+        uint32_t pa[4];
+        pa[0] = ElementTraits<T>::pack2(s[0][0], s[0][1]);
+        pa[1] = ElementTraits<T>::pack2(s[0][2], s[0][3]);
+        pa[2] = ElementTraits<T>::pack2(s[1][0], s[1][1]);
+        pa[3] = ElementTraits<T>::pack2(s[1][2], s[1][3]);
+#pragma unroll
+        for (int pair = 0; pair < kHeadDim / 16; ++pair) {
+          uint32_t bv[4];
+          load_value_fragments<kHeadDim>(value_tile, 0, pair, lane, bv);
+          mma_16816<T>(out[2 * pair], pa, bv[0], bv[1]);
+          mma_16816<T>(out[2 * pair + 1], pa, bv[2], bv[3]);
+        }
       }
     }
   }
   cp_async_wait<0>();
 
-  // Each lane holds partial sums of its quad's rows.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    state[r].sum += __shfl_xor_sync(0xffffffffu, state[r].sum, 1);
-    state[r].sum += __shfl_xor_sync(0xffffffffu, state[r].sum, 2);
-    row_min[r] = fminf(row_min[r], __shfl_xor_sync(0xffffffffu, row_min[r], 1));
-    row_min[r] = fminf(row_min[r], __shfl_xor_sync(0xffffffffu, row_min[r], 2));
-  }
-  __syncthreads();  // pipelines drained: their memory now holds per-warp outputs
-
   float* warp_outputs = reinterpret_cast<float*>(pipeline);  // [warp][row][dim]
+  if constexpr (Config::kSketch) {
+    columns.store(states + warp * kRowsPerBlock * 3, lane);
+  } else {
+    // Each lane holds partial sums of its quad's rows.
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = quad_row + 8 * r;
-    if (quad_col == 0) {
-      states[(warp * kRowsPerBlock + row) * 3] = state[r].max;
-      states[(warp * kRowsPerBlock + row) * 3 + 1] = state[r].sum;
-      states[(warp * kRowsPerBlock + row) * 3 + 2] = row_min[r];
+    for (int r = 0; r < 2; ++r) {
+      state[r].sum += __shfl_xor_sync(0xffffffffu, state[r].sum, 1);
+      state[r].sum += __shfl_xor_sync(0xffffffffu, state[r].sum, 2);
+      row_min[r] = fminf(row_min[r], __shfl_xor_sync(0xffffffffu, row_min[r], 1));
+      row_min[r] = fminf(row_min[r], __shfl_xor_sync(0xffffffffu, row_min[r], 2));
     }
-    if constexpr (Config::kReadValues) {
+    __syncthreads();  // pipelines drained: their memory now holds per-warp outputs
 #pragma unroll
-      for (int j = 0; j < kHeadDim / 8; ++j) {
-        float* at = warp_outputs + (warp * kRowsPerBlock + row) * kHeadDim + 8 * j + 2 * quad_col;
-        at[0] = out[j][2 * r];
-        at[1] = out[j][2 * r + 1];
+    for (int r = 0; r < 2; ++r) {
+      const int row = quad_row + 8 * r;
+      if (quad_col == 0) {
+        states[(warp * kRowsPerBlock + row) * 3] = state[r].max;
+        states[(warp * kRowsPerBlock + row) * 3 + 1] = state[r].sum;
+        states[(warp * kRowsPerBlock + row) * 3 + 2] = row_min[r];
+      }
+      if constexpr (Config::kReadValues) {
+#pragma unroll
+        for (int j = 0; j < kHeadDim / 8; ++j) {
+          float* at = warp_outputs + (warp * kRowsPerBlock + row) * kHeadDim + 8 * j + 2 * quad_col;
+          at[0] = out[j][2 * r];
+          at[1] = out[j][2 * r + 1];
+        }
       }
     }
   }
@@ -1247,6 +1349,8 @@ int decode_blocks_per_sm(DType dtype, int head_dim, DecodeMode mode, bool sparse
 void launch_decode_attention(const DecodeParams& params, DType dtype, int head_dim, DecodeMode mode,
                              bool programmatic, cudaStream_t stream) {
   const Keys keys = !params.indices ? Keys::All : params.selected_lens ? Keys::Held : Keys::Listed;
+  if (params.heads_per_block > (mode == DecodeMode::SketchScores ? kMaxHeadsPerSketchBlock : kMaxHeadsPerDecodeBlock))
+    unsupported("decode heads per block", params.heads_per_block);
   const KernelInfo& info = decode_kernel(dtype, head_dim, mode, keys);
   const dim3 grid(params.splits, params.n_kv_heads * params.head_blocks, params.batch);
   launch_kernel(info.kernel, grid, info.threads, info.shared_bytes, const_cast<DecodeParams*>(&params), programmatic,

@@ -90,6 +90,11 @@ struct PagedLayout {
 // sketch (kascade_cuda.h's KeySketch: an anchor's cheap first pass).
 enum class DecodeMode { Attend, AttendAndScores, ScoresOnly, SketchScores };
 
+// Query heads one block serves: the rows of an m16n8k16 tile, or in the
+// sketch pass its columns (decode.cu's SketchScorer).
+inline constexpr int kMaxHeadsPerDecodeBlock = 16;
+inline constexpr int kMaxHeadsPerSketchBlock = 8;
+
 // Whether a mode attends (reads V, writes outputs): its split partials are
 // merged and the merge may launch early; the other modes only score.
 KASCADE_HOST_DEVICE constexpr bool decode_attends(DecodeMode mode) {
@@ -108,7 +113,7 @@ struct DecodeParams : CallGeometry, PagedLayout {
   // attention/kascade_ops.h's held_keys of it: the selection, the selection
   // shifted by the steps since, and the keys added since.
   const int* selected_lens = nullptr;
-  int heads_per_block = 0;  // query heads of one group handled by one block (<= 16)
+  int heads_per_block = 0;  // query heads of one group handled by one block (the limits above)
   int head_blocks = 0;      // ceil(group / heads_per_block)
   int splits = 1;           // key splits per (sequence, head block)
   void* output = nullptr;   // used when splits == 1
