@@ -177,12 +177,17 @@ detail::PagedLayout paged_layout(const AttentionArgs& args) {
   return layout;
 }
 
+// A group's query heads in as few blocks of at most max_heads as hold them, evenly.
+void split_heads(detail::DecodeParams& p, int max_heads) {
+  p.head_blocks = (p.group + max_heads - 1) / max_heads;
+  p.heads_per_block = (p.group + p.head_blocks - 1) / p.head_blocks;
+}
+
 detail::DecodeParams decode_params(const AttentionArgs& args) {
   detail::DecodeParams p;
   static_cast<detail::CallGeometry&>(p) = call_geometry(args);
   static_cast<detail::PagedLayout&>(p) = paged_layout(args);
-  p.head_blocks = (p.group + detail::kMaxHeadsPerDecodeBlock - 1) / detail::kMaxHeadsPerDecodeBlock;
-  p.heads_per_block = (p.group + p.head_blocks - 1) / p.head_blocks;
+  split_heads(p, detail::kMaxHeadsPerDecodeBlock);
   p.output = args.output;
   return p;
 }
@@ -356,8 +361,7 @@ void anchor_decode(const AttentionArgs& args, const Budget& budget, bool dense_o
     scoring.sketch_codes = args.key_sketch.codes;
     scoring.sketch_params = args.key_sketch.params;
     // A group above eight heads reads the sketch once per block of at most eight.
-    scoring.head_blocks = (scoring.group + detail::kMaxHeadsPerSketchBlock - 1) / detail::kMaxHeadsPerSketchBlock;
-    scoring.heads_per_block = (scoring.group + scoring.head_blocks - 1) / scoring.head_blocks;
+    split_heads(scoring, detail::kMaxHeadsPerSketchBlock);
   }
   scoring.splits = plan_splits(scoring, args.max_seq_len,
                                detail::decode_blocks_per_sm(args.dtype, args.head_dim, score_mode, false),

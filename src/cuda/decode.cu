@@ -505,7 +505,6 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads, Decod
     const uint32_t key_tile = shared_address(stage);
     const uint32_t value_tile = key_tile + Config::kTileBytes;
     const int key0 = chunk_start(i);
-    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
     if constexpr (Config::kSketch) {
       // Keys in rows, heads in columns (SketchScorer's accumulator layout).
       float scores[4] = {0.f, 0.f, 0.f, 0.f};
@@ -533,6 +532,7 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim, kMode>::kThreads, Decod
       }
       columns.add(scores);
     } else {
+      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
       for (int k_step = 0; k_step < kHeadDim / 16; ++k_step) {
         uint32_t a[4], bk[4];

@@ -1305,7 +1305,7 @@ TEST_F(KascadeCuda, DecodeSketchF16) { test_decode_sketch({false, 32, 8, 128, {1
 TEST_F(KascadeCuda, DecodeSketchBf16Group6) { test_decode_sketch({true, 12, 2, 128, {30001, 640, 65}}, kStandard); }
 TEST_F(KascadeCuda, DecodeSketchHeadDim64Group3) { test_decode_sketch({false, 9, 3, 64, {3001, 129, 5}}, kSmall); }
 TEST_F(KascadeCuda, DecodeSketchHeadDim256) { test_decode_sketch({true, 8, 4, 256, {2500, 700}}, kStandard); }
-// g = 12: the sketch pass's heads fill two column tiles (8 + 4).
+// g = 12: above a sketch block's eight heads, so the sketch pass runs two blocks of six.
 TEST_F(KascadeCuda, DecodeSketchGroup12) { test_decode_sketch({false, 24, 2, 128, {5001, 300}}, kStandard); }
 TEST_F(KascadeCuda, DecodePagedF16) { test_decode_paged({false, 32, 8, 128, {1000, 4097, 130, 20000}}, kStandard, 64); }
 TEST_F(KascadeCuda, DecodePagedBf16Group3) { test_decode_paged({true, 9, 3, 64, {3001, 129, 5}}, kSmall, 16); }
